@@ -1,0 +1,3 @@
+from mpictl.cli import main
+
+main()
