@@ -1,0 +1,62 @@
+"""Hostfiles for MPI launchers, rendered from the inventory.
+
+One code path: ``mpictl hostfile`` and the ``hostfile`` role (through the ``mpictl_hostfile``
+filter plugin) both call :func:`render`.
+
+Formats:
+- ``openmpi``: ``host slots=N`` per line (``mpirun --hostfile``)
+- ``mpich``: ``host:N`` per line (MPICH / Intel MPI ``-f``)
+- ``horovod``: ``-H host:N,host:N`` (``horovodrun``)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mpictl.errors import InventoryError, UsageError
+from mpictl.inventory import Cluster, resolve_slots
+
+FORMATS = ("openmpi", "mpich", "horovod")
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    host: str
+    slots: int
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown hostfile format '{fmt}' (choose from {', '.join(FORMATS)})")
+    return fmt
+
+
+def render(entries: Iterable[HostEntry], fmt: str = "openmpi", header: str = "") -> str:
+    """The hostfile text for ``entries`` in ``fmt``; ``header`` (comment lines) goes first."""
+    check_format(fmt)
+    entries = list(entries)
+    if fmt == "horovod":
+        return "-H " + ",".join(f"{e.host}:{e.slots}" for e in entries) + "\n"
+    line = "{host} slots={slots}" if fmt == "openmpi" else "{host}:{slots}"
+    body = "".join(line.format(host=e.host, slots=e.slots) + "\n" for e in entries)
+    if header and not header.endswith("\n"):
+        header += "\n"
+    return header + body
+
+
+def entries_for_cluster(cluster: Cluster) -> list[HostEntry]:
+    return [HostEntry(node.address, slots) for node, slots in cluster.require_slots()]
+
+
+def entries_from_hostvars(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[HostEntry]:
+    """Entries from Ansible's ``hostvars`` (used by the role's filter plugin)."""
+    entries = []
+    for host in hosts:
+        hv = hostvars[host]
+        slots, _ = resolve_slots(host, hv)
+        if slots is None:
+            raise InventoryError(f"{host}: mpi_slots is not set and no facts were gathered")
+        entries.append(HostEntry(str(hv.get("mpi_address") or host), slots))
+    return entries

@@ -1,0 +1,56 @@
+"""``mpictl provision``: validate the inventory, then run ``playbooks/site.yml``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mpictl import lock, paths, runner
+from mpictl.errors import UsageError
+from mpictl.inventory import Cluster, load_inventory
+
+
+def parse_extravars(pairs: list[str]) -> dict[str, Any]:
+    """``-e k=v`` pairs (values parsed as YAML scalars/collections, like ansible-playbook)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise UsageError(f"-e expects key=value with a variable name as key, got '{pair}'")
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            out[key] = value
+    return out
+
+
+def provision(
+    inventory: Path,
+    *,
+    playbook: str = "site.yml",
+    limit: str | None = None,
+    tags: str | None = None,
+    skip_tags: str | None = None,
+    extravars: Mapping[str, Any] | None = None,
+    check: bool = False,
+    on_event: runner.EventHandler | None = None,
+) -> tuple[Cluster, runner.RunResult]:
+    """Check the inventory contract (nothing touched on bad input), lock, run the playbook."""
+    cluster = load_inventory(inventory)
+    with lock.hold(inventory):
+        result = runner.run_playbook(
+            paths.playbook(playbook),
+            inventory,
+            limit=limit,
+            tags=tags,
+            skip_tags=skip_tags,
+            extravars=extravars,
+            check=check,
+            on_event=on_event,
+        )
+    return cluster, result
+

@@ -1,0 +1,81 @@
+"""Terminal presentation of mpictl results (rich). Library modules never print; the CLI uses this."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mpictl.runner import RESULT_EVENTS, RunResult
+
+STYLES = {
+    "ok": "green",
+    "changed": "yellow",
+    "failed": "bold red",
+    "unreachable": "bold red",
+    "skipped": "cyan",
+}
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def _result_message(res: Any) -> str:
+    if not isinstance(res, dict):
+        return ""
+    parts = [str(res.get("msg") or "").strip()]
+    stderr = str(res.get("stderr") or "").strip()
+    if stderr:
+        parts.append(stderr.splitlines()[-1])
+    return " | ".join(p for p in parts if p)[:400]
+
+
+class ProgressPrinter:
+    """Live progress per task and host from ansible-runner events."""
+
+    def __init__(self, out: Console = console, show_skipped: bool = False) -> None:
+        self.out = out
+        self.show_skipped = show_skipped
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        if kind == "playbook_on_play_start":
+            self.out.print(f"[bold]PLAY[/bold] {data.get('play', '')}")
+        elif kind == "playbook_on_task_start":
+            self.out.print(f"  [dim]TASK[/dim] {data.get('task', '')}")
+        elif kind in RESULT_EVENTS:
+            status = RESULT_EVENTS[kind]
+            res = data.get("res") or {}
+            if status == "ok" and isinstance(res, dict) and res.get("changed"):
+                status = "changed"
+            if status == "skipped" and not self.show_skipped:
+                return
+            if status == "failed" and data.get("ignore_errors"):
+                status = "failed (ignored)"
+            line = f"    {data.get('host', '')}: [{STYLES.get(status, 'red')}]{status}[/]"
+            if status in ("failed", "unreachable"):
+                message = _result_message(res)
+                if message:
+                    line += f" - {message}"
+            self.out.print(line, markup=True, soft_wrap=True)
+        elif kind == "warning":
+            self.out.print(f"  [yellow]WARNING[/] {event.get('stdout', '').strip()}")
+
+
+def recap_table(result: RunResult) -> Table:
+    table = Table(title=f"Recap ({result.run_id}, {result.duration_s:.0f} s)")
+    for column in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(column, justify="left" if column == "host" else "right")
+    for host, stats in sorted(result.stats.items()):
+        bad = stats.failed or stats.unreachable
+        table.add_row(
+            f"[red]{host}[/]" if bad else host,
+            str(stats.ok),
+            str(stats.changed),
+            str(stats.failed),
+            str(stats.unreachable),
+            str(stats.skipped),
+        )
+    return table
