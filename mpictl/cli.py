@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,11 +23,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-sandbox_app = typer.Typer(help="The local sandbox cluster (podman containers).", no_args_is_help=True)
+sandbox_app = typer.Typer(
+    help="The local sandbox cluster (podman containers).", no_args_is_help=True
+)
 app.add_typer(sandbox_app, name="sandbox")
 
 InventoryOpt = Annotated[
-    Optional[Path],  # noqa: UP007 - Typer needs Optional on Python 3.10
+    Path | None,
     typer.Option(
         "--inventory",
         "-i",
@@ -50,14 +52,14 @@ def version() -> None:
 @app.command()
 def provision(
     inventory: InventoryOpt = None,
-    limit: Annotated[Optional[str], typer.Option("--limit", "-l", help="Hosts or groups.")] = None,  # noqa: UP007
-    tags: Annotated[Optional[str], typer.Option(help="Only tasks with these tags.")] = None,  # noqa: UP007
-    skip_tags: Annotated[Optional[str], typer.Option(help="Skip these tags.")] = None,  # noqa: UP007
+    limit: Annotated[str | None, typer.Option("--limit", "-l", help="Hosts or groups.")] = None,
+    tags: Annotated[str | None, typer.Option(help="Only tasks with these tags.")] = None,
+    skip_tags: Annotated[str | None, typer.Option(help="Skip these tags.")] = None,
     extra_vars: Annotated[
-        Optional[list[str]],  # noqa: UP007
+        list[str] | None,
         typer.Option("--extra-vars", "-e", help="Extra variable key=value (repeatable)."),
     ] = None,
-    check: Annotated[bool, typer.Option("--check", help="Dry run: report, change nothing.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Dry run, change nothing.")] = False,
     playbook: Annotated[str, typer.Option(help="Playbook under playbooks/.")] = "site.yml",
 ) -> None:
     """Provision the cluster: run playbooks/site.yml through ansible-runner."""

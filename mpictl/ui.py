@@ -1,4 +1,4 @@
-"""Terminal presentation of mpictl results (rich). Library modules never print; the CLI uses this."""
+"""Terminal presentation of results (rich). Library modules never print; the CLI uses this."""
 
 from __future__ import annotations
 
