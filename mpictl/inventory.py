@@ -135,20 +135,31 @@ def load_cached_facts(host: str, facts_dir: Path | None = None) -> dict[str, Any
 
 @contextmanager
 def _captured_ansible_warnings() -> Iterator[list[str]]:
-    """Collect Ansible's warnings instead of letting them reach the terminal."""
+    """Collect Ansible's warnings (and the parse errors it reports as warnings) quietly.
+
+    Each captured entry is the most specific message available: for a parse failure, the
+    innermost cause (e.g. "Found duplicate mapping key 'a'").
+    """
     from ansible.utils.display import Display
 
     captured: list[str] = []
-    original = Display.warning
+    originals = (Display.warning, Display.error_as_warning)
 
     def warning(self: Display, msg: str, *args: Any, **kwargs: Any) -> None:
         captured.append(str(msg))
 
+    def error_as_warning(self: Display, msg: Any = None, exception: Any = None, **kw: Any) -> None:
+        while exception is not None and exception.__cause__ is not None:
+            exception = exception.__cause__
+        message = getattr(exception, "message", None) or str(exception or msg)
+        captured.append(str(message))
+
     Display.warning = warning  # type: ignore[method-assign]
+    Display.error_as_warning = error_as_warning  # type: ignore[method-assign]
     try:
         yield captured
     finally:
-        Display.warning = original  # type: ignore[method-assign]
+        Display.warning, Display.error_as_warning = originals  # type: ignore[method-assign]
 
 
 def _first_line(text: str) -> str:

@@ -31,8 +31,7 @@ def hold(inventory: Path, name: str = "provision") -> Iterator[Path]:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             raise LockError(
-                f"another mpictl {name} is running on {inventory} ({holder}); "
-                "wait for it to finish"
+                f"another mpictl {name} is running on {inventory} ({holder}); wait for it to finish"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, since {time.strftime('%H:%M:%S')}".encode(), 0)

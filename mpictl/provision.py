@@ -12,11 +12,14 @@ from mpictl.inventory import Cluster, load_inventory
 
 
 def parse_extravars(pairs: list[str]) -> dict[str, Any]:
-    """``-e k=v`` pairs (values parsed as YAML scalars/collections, like ansible-playbook)."""
+    """``-e k=v`` pairs and ``-e @file.yml`` files, parsed as YAML like ansible-playbook."""
     import yaml
 
     out: dict[str, Any] = {}
     for pair in pairs:
+        if pair.startswith("@"):
+            out.update(_vars_file(Path(pair[1:])))
+            continue
         key, sep, value = pair.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
@@ -54,3 +57,16 @@ def provision(
         )
     return cluster, result
 
+
+def _vars_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"-e @{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"-e @{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"-e @{path}: expected a mapping of variables")
+    return data

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: a 3-node sandbox cluster, provisioned and smoke-tested.
+#   bash scripts/demo.sh            (re-runs reuse the node image and the artifact cache)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+# The controller downloads sources into its cache (nodes never reach the internet) and writes a
+# vars file that points the roles at them.
+sources_vars=$(bash scripts/fetch-test-sources.sh)
+cuda=(); [ -d /usr/local/cuda ] && cuda=(--cuda)
+mpictl sandbox up "${cuda[@]}"
+mpictl provision -e "@$sources_vars"
+mpictl hostfile
+if mpictl --help | grep -q ' smoke '; then
+  mpictl smoke
+fi

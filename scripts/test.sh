@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test suite: lint, unit tests, then integration tests that provision a real 3-node sandbox.
+#   bash scripts/test.sh             (all tiers)
+#   bash scripts/test.sh unit        (lint + unit tests only, seconds)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+tier=${1:-all}
+ruff check mpictl tests bench filter_plugins
+ruff format --check mpictl tests bench filter_plugins
+pytest -q -p no:cacheprovider tests/unit
+if [ "$tier" = all ]; then
+  bash scripts/fetch-test-sources.sh
+  pytest -v -p no:cacheprovider -m integration tests/integration
+fi

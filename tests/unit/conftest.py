@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def data() -> Path:
+    return DATA
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every unit test gets its own state dir (fact cache, locks, runs)."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("MPICTL_STATE_DIR", str(state))
+    monkeypatch.delenv("MPICTL_CACHE_DIR", raising=False)
+    return state

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mpictl.errors import InventoryError
+from mpictl.inventory import load_inventory, parse_slots, resolve_slots
+
+
+def test_yaml_inventory_nodes_in_order_with_head_group(data: Path) -> None:
+    cluster = load_inventory(data / "cluster.yml")
+    assert cluster.names == ["gpu1", "gpu2", "cpu1"]
+    assert cluster.head.name == "gpu2"
+    gpu2 = cluster.node("gpu2")
+    assert gpu2.address == "gpu2.cluster"
+    assert gpu2.ssh_host == "10.0.0.2"
+    assert (gpu2.slots, gpu2.slots_source) == (8, "mpi_slots")
+    # No mpi_slots and no cached facts: unknown, never guessed.
+    assert cluster.node("cpu1").slots is None
+
+
+def test_ini_inventory_head_defaults_to_first_node(data: Path) -> None:
+    cluster = load_inventory(data / "cluster.ini")
+    assert cluster.names == ["n1", "n2"]
+    assert cluster.head.name == "n1"
+    assert [n.slots for n in cluster.nodes] == [4, 2]
+    assert cluster.total_slots == 6
+
+
+def test_directory_inventory_with_group_and_host_vars(data: Path) -> None:
+    cluster = load_inventory(data / "dirinv")
+    assert {n.name: n.slots for n in cluster.nodes} == {"a": 3, "b": 5}
+
+
+def test_dynamic_inventory_script(data: Path) -> None:
+    cluster = load_inventory(data / "dynamic.py")
+    assert {n.name: n.slots for n in cluster.nodes} == {"d1": 2, "d2": 6}
+
+
+def test_slots_default_from_fact_cache_gpus_then_vcpus(data: Path, isolated_state: Path) -> None:
+    facts = isolated_state / "facts"
+    facts.mkdir(parents=True)
+    (facts / "cpu1").write_text(json.dumps({"ansible_processor_vcpus": 16, "mpi_gpu_count": 0}))
+    cluster = load_inventory(data / "cluster.yml")
+    assert (cluster.node("cpu1").slots, cluster.node("cpu1").slots_source) == (16, "vcpus")
+    (facts / "cpu1").write_text(json.dumps({"ansible_processor_vcpus": 16, "mpi_gpu_count": 4}))
+    cluster = load_inventory(data / "cluster.yml")
+    assert (cluster.node("cpu1").slots, cluster.node("cpu1").slots_source) == (4, "gpus")
+
+
+def test_require_slots_names_the_node_without_slots(data: Path) -> None:
+    cluster = load_inventory(data / "cluster.yml")
+    with pytest.raises(InventoryError, match=r"^cpu1: mpi_slots is not set"):
+        cluster.require_slots()
+
+
+@pytest.mark.parametrize("value", [0, -1, "four", 2.5, True, None, "", "-3"])
+def test_bad_slot_values_are_rejected(value: object) -> None:
+    with pytest.raises(InventoryError, match=r"^n1: mpi_slots must be a positive integer"):
+        parse_slots("n1", value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(1, 1), (64, 64), ("8", 8)])
+def test_good_slot_values(value: object, expected: int) -> None:
+    assert parse_slots("n1", value) == expected
+
+
+def test_resolve_slots_prefers_explicit_value() -> None:
+    assert resolve_slots("h", {"mpi_slots": 2, "mpi_gpu_count": 8}) == (2, "mpi_slots")
+    assert resolve_slots("h", {}) == (None, None)
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_missing_inventory_file(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="nope.yml: inventory not found"):
+        load_inventory(tmp_path / "nope.yml")
+
+
+def test_inventory_without_mpi_nodes(tmp_path: Path) -> None:
+    inv = _write(tmp_path, "inv.yml", "all:\n  hosts:\n    a:\n")
+    with pytest.raises(InventoryError, match=r"inv.yml: group 'mpi_nodes' is missing or empty"):
+        load_inventory(inv)
+
+
+def test_duplicate_host_key_in_yaml(tmp_path: Path) -> None:
+    inv = _write(
+        tmp_path, "dup.yml", "mpi_nodes:\n  hosts:\n    a: {mpi_slots: 1}\n    a: {mpi_slots: 2}\n"
+    )
+    with pytest.raises(InventoryError, match=r"dup.yml: cannot parse inventory: .*"):
+        load_inventory(inv)
+
+
+def test_duplicate_host_by_address(tmp_path: Path) -> None:
+    inv = _write(tmp_path, "dup.yml", "mpi_nodes:\n  hosts:\n    a:\n    b: {mpi_address: A}\n")
+    with pytest.raises(InventoryError, match=r"duplicate host: 'b' and 'a'"):
+        load_inventory(inv)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "four"])
+def test_bad_slots_in_inventory_names_host_and_variable(tmp_path: Path, value: str) -> None:
+    inv = _write(tmp_path, "inv.yml", f"mpi_nodes:\n  hosts:\n    n7: {{mpi_slots: {value}}}\n")
+    with pytest.raises(InventoryError, match=r"^n7: mpi_slots must be a positive integer"):
+        load_inventory(inv)
+
+
+def test_head_outside_mpi_nodes(tmp_path: Path) -> None:
+    inv = _write(tmp_path, "inv.yml", "mpi_nodes:\n  hosts:\n    a:\nmpi_head:\n  hosts:\n    z:\n")
+    with pytest.raises(InventoryError, match="head 'z'"):
+        load_inventory(inv)
+
+
+def test_unparsable_inventory(tmp_path: Path) -> None:
+    inv = _write(tmp_path, "broken.yml", "mpi_nodes: [unclosed\n")
+    with pytest.raises(InventoryError, match=r"broken.yml: cannot parse inventory"):
+        load_inventory(inv)
