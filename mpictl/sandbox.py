@@ -383,7 +383,9 @@ def node_run_args(
         options += ["-v", f"{real}:{cuda}:ro"]
         if real != cuda:
             options += ["-v", f"{real}:{real}:ro"]
-    config = hashlib.sha256("\0".join([image, *options]).encode()).hexdigest()[:16]
+    # The config label covers what the inventory and --cuda decide, not the image: a newer image
+    # recipe is used by nodes created from then on, running nodes are left alone.
+    config = hashlib.sha256("\0".join(options).encode()).hexdigest()[:16]
     return [
         "run",
         "-d",
@@ -727,6 +729,34 @@ def _status(
     ]
 
 
+def plan(
+    spec: SandboxSpec,
+    found: Mapping[str, Mapping[str, Any]],
+    runtime: Runtime,
+    image: str,
+    cuda: Path | None = None,
+) -> list[tuple[SandboxNode, str, list[str]]]:
+    """What ``up`` does to each node: ``unchanged``, ``started``, ``created`` or ``recreated``.
+
+    A node whose container exists with the same configuration label is left alone (started when
+    stopped); one whose configuration differs (ports, addresses, nodes, --cuda) is recreated.
+    """
+    steps = []
+    for node in spec.nodes:
+        run_args = node_run_args(spec, node, runtime, image, cuda)
+        entry = found.get(spec.container(node))
+        if entry is None:
+            action = "created"
+        elif (entry.get("Labels") or {}).get(LABEL_CONFIG) != config_label(run_args):
+            action = "recreated"
+        elif _state(entry) == "running":
+            action = "unchanged"
+        else:
+            action = "started"
+        steps.append((node, action, run_args))
+    return steps
+
+
 def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
     """Bring the sandbox up (idempotent): image, network, containers, keys; wait for SSH."""
     spec = read_sandbox(inventory)
@@ -736,38 +766,32 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
             raise SandboxError(f"--cuda: {CUDA_PATH} does not exist on this host")
         cuda_path = CUDA_PATH
     runtime = choose_runtime()
-    image, _ = ensure_image()
+    found = _containers(spec.name)
+    steps = plan(spec, found, runtime, image_tag(), cuda_path)
+    if any(action in ("created", "recreated") for _, action, _ in steps):
+        ensure_image()  # only when a container is to be made: running nodes keep their image
     _ensure_network(spec)
     key = ensure_key(spec)
     pubkey = key.with_suffix(".pub").read_text()
 
-    found = _containers(spec.name)
     actions: dict[str, str] = {}
-    for node in spec.nodes:
+    for node, action, run_args in steps:
         container = spec.container(node)
-        run_args = node_run_args(spec, node, runtime, image, cuda_path)
         entry = found.get(container)
-        action = "created"
-        if entry is not None:
-            labels = entry.get("Labels") or {}
-            if labels.get(LABEL_CONFIG) == config_label(run_args):
-                if _state(entry) == "running":
-                    actions[node.name] = "unchanged"
-                    continue
-                _podman(
-                    ["start", container],
-                    runtime=_entry_runtime(entry),
-                    what=f"starting {container}",
-                )
-                actions[node.name] = "started"
-                continue
+        actions[node.name] = action
+        if action == "unchanged":
+            continue
+        if action == "started" and entry is not None:
+            _podman(
+                ["start", container], runtime=_entry_runtime(entry), what=f"starting {container}"
+            )
+            continue
+        if action == "recreated" and entry is not None:
             _remove_container(container, _entry_runtime(entry))
-            action = "recreated"
         proc = _podman(run_args, runtime=runtime, check=False)
         if proc.returncode != 0:
             _podman(["rm", "-f", "-t", "0", container], runtime=runtime, check=False)
             raise SandboxError(f"creating {container}: {_last_line(proc.stderr)}")
-        actions[node.name] = action
 
     found = _containers(spec.name)
     with ThreadPoolExecutor(max_workers=max(1, len(spec.nodes))) as pool:
