@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Fetch the source packages the tests and the sandbox provision use into the controller cache,
+# and write a vars file pointing the roles at them (air-gapped style: `*_source_local` + sha256).
+#
+#   scripts/fetch-test-sources.sh [DEST_DIR]
+#
+# DEST_DIR defaults to "$MPICTL_CACHE_DIR/sources" (MPICTL_CACHE_DIR defaults to
+# <repo>/.mpictl/cache). Idempotent: a file already present is not downloaded again, so a second
+# run takes well under a second. The vars file is written to "$DEST_DIR/test-sources.yml"
+# (override with MPICTL_TEST_SOURCES_VARS) and can be passed as `-e @file`.
+#
+# Debian sources come from Debian's archive through apt itself: a temporary deb-src list whose
+# URI is copied at runtime from the host's /etc/apt/sources.list.d/debian.sources (or
+# /etc/apt/sources.list), with private apt state dirs — the host's apt configuration is not
+# modified. Python sdists come from PyPI through pip.
+#
+# To add a source: write one `fetch_<name>` function that puts the file into "$DEST" and calls
+# `emit_var <var> <value>` for each variable, then add it to SOURCES below.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${MPICTL_CACHE_DIR:-${MPICTL_STATE_DIR:-$ROOT/.mpictl}/cache}"
+DEST="$(mkdir -p "${1:-$CACHE/sources}" && cd "${1:-$CACHE/sources}" && pwd)"
+VARS_FILE="${MPICTL_TEST_SOURCES_VARS:-$DEST/test-sources.yml}"
+
+OPENMPI_VERSION="${OPENMPI_VERSION:-5.0.7}"
+OPENMPI_DEBIAN_SUITE="${OPENMPI_DEBIAN_SUITE:-trixie}"
+MPI4PY_VERSION="${MPI4PY_VERSION:-3.1.6}"
+
+SOURCES=(openmpi mpi4py)
+
+log() { printf 'fetch-test-sources: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+sha256() { sha256sum "$1" | cut -d' ' -f1; }
+
+_VARS=()
+emit_var() { _VARS+=("$1: \"$2\""); }
+
+# --- apt helpers -----------------------------------------------------------------------------
+_APT_TMP=""
+cleanup() { [[ -n "$_APT_TMP" ]] && rm -rf "$_APT_TMP"; return 0; }
+trap cleanup EXIT
+
+debian_mirror() {
+  # First Debian archive URI the host already uses (never hard-coded in the repository).
+  local uri=""
+  if [[ -r /etc/apt/sources.list.d/debian.sources ]]; then
+    uri="$(awk '/^URIs:/ {print $2}' /etc/apt/sources.list.d/debian.sources \
+      | grep -v -- '-security' | head -n1 || true)"
+  fi
+  if [[ -z "$uri" && -r /etc/apt/sources.list ]]; then
+    uri="$(awk '$1 == "deb" && $0 !~ /security/ {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' \
+      /etc/apt/sources.list || true)"
+  fi
+  [[ -n "$uri" ]] || die "no Debian archive URI found in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
+  printf '%s\n' "$uri"
+}
+
+# apt_source_version PACKAGE UPSTREAM-VERSION: the Debian version (e.g. 5.0.7-1) of a source
+# package whose upstream version matches, from the temporary deb-src lists.
+apt_source_version() {
+  _apt_cache showsrc "$1" 2>/dev/null | awk -v want="$2" '
+    /^Version:/ { v = $2; u = v; sub(/^[0-9]+:/, "", u); sub(/-[^-]*$/, "", u);
+                  sub(/\+dfsg.*$/, "", u); sub(/\+ds.*$/, "", u); if (u == want) print v }' \
+    | sort -V | tail -n1
+}
+
+# apt_prepare SUITE COMPONENT: add a temporary deb-src entry and refresh the private lists.
+_APT_READY=""
+apt_prepare() {
+  local suite="$1" component="$2" key="$1/$2"
+  [[ " $_APT_READY " == *" $key "* ]] && return 0
+  command -v apt-get >/dev/null || die "apt-get not found (Debian sources need a Debian/Ubuntu controller)"
+  if [[ -z "$_APT_TMP" ]]; then
+    _APT_TMP="$(mktemp -d)"
+    mkdir -p "$_APT_TMP/lists/partial" "$_APT_TMP/archives/partial" "$_APT_TMP/parts"
+    : >"$_APT_TMP/sources.list"
+  fi
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  printf 'deb-src [signed-by=%s] %s %s %s\n' "$keyring" "$(debian_mirror)" "$suite" "$component" \
+    >>"$_APT_TMP/sources.list"
+  _apt update -qq >/dev/null || die "apt-get update for deb-src $suite/$component failed"
+  _APT_READY="$_APT_READY $key"
+}
+_apt() { _apt_cmd apt-get "$@"; }
+_apt_cache() { _apt_cmd apt-cache "$@"; }
+_apt_cmd() {
+  local tool="$1"; shift
+  "$tool" -o Dir::Etc::SourceList="$_APT_TMP/sources.list" \
+    -o Dir::Etc::SourceParts="$_APT_TMP/parts" \
+    -o Dir::State::Lists="$_APT_TMP/lists" \
+    -o Dir::Cache::Archives="$_APT_TMP/archives" \
+    -o Dir::Cache::pkgcache="" -o Dir::Cache::srcpkgcache="" \
+    -o APT::Sandbox::User=root "$@"
+}
+
+# --- one function per source -----------------------------------------------------------------
+fetch_openmpi() {
+  # Debian's orig tarball (its name keeps Debian's compression suffix; its checksum differs from
+  # upstream's .tar.bz2, so the vars file carries this file's own sha256).
+  local file
+  file="$(find "$DEST" -maxdepth 1 -name "openmpi_${OPENMPI_VERSION}.orig.tar.*" | head -n1)"
+  if [[ -z "$file" ]]; then
+    log "downloading Debian source openmpi $OPENMPI_VERSION ($OPENMPI_DEBIAN_SUITE)"
+    apt_prepare "$OPENMPI_DEBIAN_SUITE" main
+    local deb_version work orig
+    deb_version="$(apt_source_version openmpi "$OPENMPI_VERSION")"
+    [[ -n "$deb_version" ]] || die "openmpi $OPENMPI_VERSION not in Debian $OPENMPI_DEBIAN_SUITE"
+    work="$(mktemp -d "$DEST/.openmpi.XXXXXX")"
+    (cd "$work" && _apt source --download-only -qq "openmpi=${deb_version}" >/dev/null) \
+      || { rm -rf "$work"; die "apt-get source openmpi=${deb_version} failed"; }
+    orig="$(find "$work" -maxdepth 1 -name "openmpi_${OPENMPI_VERSION}*.orig.tar.*" | head -n1)"
+    [[ -n "$orig" ]] || { rm -rf "$work"; die "no orig tarball for openmpi $OPENMPI_VERSION"; }
+    file="$DEST/$(basename "$orig")"
+    mv "$orig" "$file.part" && mv "$file.part" "$file"
+    rm -rf "$work"
+  fi
+  emit_var openmpi_version "$OPENMPI_VERSION"
+  emit_var openmpi_source_local "$file"
+  emit_var openmpi_source_sha256 "$(sha256 "$file")"
+}
+
+fetch_mpi4py() {
+  local file="$DEST/mpi4py-${MPI4PY_VERSION}.tar.gz"
+  if [[ ! -s "$file" ]]; then
+    log "downloading mpi4py $MPI4PY_VERSION sdist"
+    local work
+    work="$(mktemp -d "$DEST/.mpi4py.XXXXXX")"
+    # --no-binary for mpi4py only: its build deps (setuptools, wheel) come as wheels, fast.
+    python3 -m pip download --quiet --no-deps --no-binary mpi4py --dest "$work" \
+      "mpi4py==${MPI4PY_VERSION}" || { rm -rf "$work"; die "pip download mpi4py failed"; }
+    mv "$work/mpi4py-${MPI4PY_VERSION}.tar.gz" "$file.part" && mv "$file.part" "$file"
+    rm -rf "$work"
+  fi
+  emit_var mpi4py_version "$MPI4PY_VERSION"
+  emit_var mpi4py_source_local "$file"
+  emit_var mpi4py_source_sha256 "$(sha256 "$file")"
+}
+
+main() {
+  local src
+  for src in "${SOURCES[@]}"; do
+    "fetch_$src"
+  done
+  {
+    printf '# Written by scripts/fetch-test-sources.sh: sources in the controller cache.\n'
+    printf '%s\n' "${_VARS[@]}"
+  } >"$VARS_FILE.part"
+  mv "$VARS_FILE.part" "$VARS_FILE"
+  printf '%s\n' "$VARS_FILE"
+}
+
+main
