@@ -27,7 +27,14 @@ OPENMPI_VERSION="${OPENMPI_VERSION:-5.0.7}"
 OPENMPI_DEBIAN_SUITE="${OPENMPI_DEBIAN_SUITE:-trixie}"
 MPI4PY_VERSION="${MPI4PY_VERSION:-3.1.6}"
 
-SOURCES=(openmpi mpi4py)
+NCCL_VERSION="${NCCL_VERSION:-2.29.7}"
+NCCL_RELEASE="${NCCL_RELEASE:-1}"
+NCCL_DEBIAN_SUITE="${NCCL_DEBIAN_SUITE:-sid}"
+HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
+TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+TORCH_WHEELHOUSE="${TORCH_WHEELHOUSE:-/opt/wheels}"
+
+SOURCES=(openmpi mpi4py nccl horovod torch)
 
 log() { printf 'fetch-test-sources: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -135,6 +142,56 @@ fetch_mpi4py() {
   emit_var mpi4py_version "$MPI4PY_VERSION"
   emit_var mpi4py_source_local "$file"
   emit_var mpi4py_source_sha256 "$(sha256 "$file")"
+}
+
+fetch_nccl() {
+  local file="$DEST/nvidia-nccl_${NCCL_VERSION}.orig.tar.gz"
+  if [[ ! -s "$file" ]]; then
+    log "downloading Debian source nvidia-nccl $NCCL_VERSION ($NCCL_DEBIAN_SUITE contrib)"
+    apt_prepare "$NCCL_DEBIAN_SUITE" contrib
+    local deb_version work
+    # NCCL versions carry a release suffix (tag v2.29.7-1): Debian version 2.29.7-1-1.
+    deb_version="$(apt_source_version nvidia-nccl "${NCCL_VERSION}-${NCCL_RELEASE}")"
+    [[ -n "$deb_version" ]] || die "nvidia-nccl $NCCL_VERSION not in Debian $NCCL_DEBIAN_SUITE"
+    work="$(mktemp -d "$DEST/.nccl.XXXXXX")"
+    # Debian's .dsc for this upload may be missing on mirrors; the orig tarball is what we need,
+    # so a failing `apt-get source` is tolerated as long as the tarball arrived.
+    (cd "$work" && _apt source --download-only -qq "nvidia-nccl=${deb_version}" >/dev/null 2>&1) || true
+    local orig
+    orig="$(find "$work" -maxdepth 1 -name "nvidia-nccl_${NCCL_VERSION}*.orig.tar.*" | head -n1)"
+    [[ -n "$orig" ]] || { rm -rf "$work"; die "no orig tarball for nvidia-nccl $NCCL_VERSION"; }
+    mv "$orig" "$file.part" && mv "$file.part" "$file"
+    rm -rf "$work"
+  fi
+  emit_var nccl_version "$NCCL_VERSION"
+  emit_var nccl_source_local "$file"
+  emit_var nccl_source_sha256 "$(sha256 "$file")"
+}
+
+fetch_horovod() {
+  local file="$DEST/horovod-${HOROVOD_VERSION}.tar.gz"
+  if [[ ! -s "$file" ]]; then
+    log "downloading horovod $HOROVOD_VERSION sdist"
+    local work
+    work="$(mktemp -d "$DEST/.horovod.XXXXXX")"
+    python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$work" \
+      "horovod==${HOROVOD_VERSION}" || { rm -rf "$work"; die "pip download horovod failed"; }
+    mv "$work/horovod-${HOROVOD_VERSION}.tar.gz" "$file.part" && mv "$file.part" "$file"
+    rm -rf "$work"
+  fi
+  emit_var horovod_version "$HOROVOD_VERSION"
+  emit_var horovod_source_local "$file"
+  emit_var horovod_source_sha256 "$(sha256 "$file")"
+}
+
+# The CPU torch wheel lies on this machine (TORCH_WHEELHOUSE); the horovod role downloads torch's
+# and Horovod's pure-Python dependencies itself (controller side) into the cache.
+fetch_torch() {
+  [[ -d "$TORCH_WHEELHOUSE" ]] || die "torch wheelhouse $TORCH_WHEELHOUSE not found"
+  compgen -G "$TORCH_WHEELHOUSE/torch-${TORCH_VERSION}*.whl" >/dev/null \
+    || die "no torch ${TORCH_VERSION} wheel in $TORCH_WHEELHOUSE"
+  emit_var horovod_torch_version "$TORCH_VERSION"
+  emit_var horovod_torch_wheelhouse "$TORCH_WHEELHOUSE"
 }
 
 main() {
