@@ -124,13 +124,35 @@ def resolve_slots(host: str, hostvars: Mapping[str, Any]) -> tuple[int | None, s
 
 
 def load_cached_facts(host: str, facts_dir: Path | None = None) -> dict[str, Any]:
-    """The facts Ansible's jsonfile cache holds for ``host`` ({} when none)."""
-    path = (facts_dir or paths.facts_dir()) / host
+    """The facts Ansible's jsonfile cache holds for ``host`` ({} when none).
+
+    ansible-core < 2.19 writes ``<dir>/<host>`` holding the facts; 2.19 writes
+    ``<dir>/s<N>_<host>`` holding ``{"__payload__": "<the facts as JSON>"}``.
+    """
+    directory = facts_dir or paths.facts_dir()
+    candidates = [directory / host, *directory.glob(f"s[0-9]*_{host}")]
+    existing = [p for p in candidates if p.is_file()]
+    if not existing:
+        return {}
+    newest = max(existing, key=lambda p: p.stat().st_mtime)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(newest.read_text())
+        if isinstance(data, dict) and isinstance(data.get("__payload__"), str):
+            data = json.loads(data["__payload__"])
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return _untag(data) if isinstance(data, dict) else {}
+
+
+def _untag(value: Any) -> Any:
+    """Strip ansible-core 2.19's data tags (``{"__ansible_type": ..., "value": v}``) off values."""
+    if isinstance(value, dict):
+        if "__ansible_type" in value and "value" in value:
+            return _untag(value["value"])
+        return {k: _untag(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untag(v) for v in value]
+    return value
 
 
 @contextmanager

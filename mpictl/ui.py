@@ -25,6 +25,9 @@ def _result_message(res: Any) -> str:
     if not isinstance(res, dict):
         return ""
     parts = [str(res.get("msg") or "").strip()]
+    for item in res.get("results") or []:
+        if isinstance(item, dict) and item.get("failed"):
+            parts.append(str(item.get("msg") or "").strip())
     stderr = str(res.get("stderr") or "").strip()
     if stderr:
         parts.append(stderr.splitlines()[-1])

@@ -50,6 +50,17 @@ def test_slots_default_from_fact_cache_gpus_then_vcpus(data: Path, isolated_stat
     assert (cluster.node("cpu1").slots, cluster.node("cpu1").slots_source) == (4, "gpus")
 
 
+def test_fact_cache_of_ansible_core_2_19(data: Path, isolated_state: Path) -> None:
+    # 2.19 names the file s<N>_<host> and stores the facts as a JSON payload with data tags.
+    facts = isolated_state / "facts"
+    facts.mkdir(parents=True)
+    tagged = {"__ansible_type": "_AnsibleTaggedInt", "value": 3, "tags": []}
+    payload = json.dumps({"ansible_processor_vcpus": 12, "mpi_gpu_count": tagged})
+    (facts / "s1_cpu1").write_text(json.dumps({"__payload__": payload}))
+    node = load_inventory(data / "cluster.yml").node("cpu1")
+    assert (node.slots, node.slots_source, node.gpus, node.vcpus) == (3, "gpus", 3, 12)
+
+
 def test_require_slots_names_the_node_without_slots(data: Path) -> None:
     cluster = load_inventory(data / "cluster.yml")
     with pytest.raises(InventoryError, match=r"^cpu1: mpi_slots is not set"):

@@ -1,0 +1,111 @@
+"""Integration fixtures: one real 3-node sandbox, provisioned once per test session.
+
+The sandbox is an independent copy of inventories/sandbox (name ``mpictl-it``, ports 2211-2213)
+so it never clashes with a developer's own sandbox. State (keys, facts, runs) lives in a fresh
+temporary directory; the artifact cache is persistent (``MPICTL_CACHE_DIR``, default
+``<repo>/.mpictl/cache``) so a re-run installs OpenMPI & co. from the cache instead of compiling.
+A fresh clone (CI) starts with an empty cache and therefore proves the cold path.
+Set MPICTL_KEEP_SANDBOX=1 to keep the nodes after the session for debugging.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mpictl import provision, runner
+from tests.integration.nodes import ROOT, clone_sandbox_inventory
+
+IT_NAME = "mpictl-it"
+IT_SUBNET = "10.89.41.0/24"
+IT_PORT_BASE = 2211
+
+# Variables every integration provision passes on top of the fetched sources: a small NCCL
+# kernel subset so the NCCL build fits a 2-core CI machine (full build is the product default).
+TEST_VARS: dict[str, Any] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def it_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    state = tmp_path_factory.mktemp("mpictl-state")
+    old = {k: os.environ.get(k) for k in ("MPICTL_STATE_DIR", "MPICTL_CACHE_DIR")}
+    os.environ["MPICTL_STATE_DIR"] = str(state)
+    os.environ["MPICTL_CACHE_DIR"] = old["MPICTL_CACHE_DIR"] or str(ROOT / ".mpictl" / "cache")
+    yield state
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def inventory(it_state: Path) -> Iterator[Path]:
+    """The inventory of the session's sandbox, brought up (with CUDA mounted when available)."""
+    from mpictl import sandbox
+
+    inv = clone_sandbox_inventory(it_state / "inventory", IT_NAME, IT_SUBNET, IT_PORT_BASE)
+    sandbox.down(inv)  # leftovers of an interrupted earlier session
+    sandbox.up(inv, cuda=Path("/usr/local/cuda").is_dir())
+    yield inv
+    if not os.environ.get("MPICTL_KEEP_SANDBOX"):
+        sandbox.down(inv)
+
+
+@pytest.fixture(scope="session")
+def source_vars(it_state: Path) -> dict[str, Any]:
+    """Sources in the controller cache (downloaded once) and the vars that point roles at them."""
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "fetch-test-sources.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
+    )
+    vars_file = Path(out.stdout.strip().splitlines()[-1])
+    return {**yaml.safe_load(vars_file.read_text()), **TEST_VARS}
+
+
+def provision_run(inventory: Path, extravars: dict[str, Any], **kwargs: Any) -> runner.RunResult:
+    _, result = provision.provision(inventory, extravars=extravars, **kwargs)
+    return result
+
+
+def describe_failures(result: runner.RunResult) -> str:
+    lines = [f"rc={result.rc} artifacts={result.private_data_dir}"]
+    for r in result.task_results():
+        if r.status in ("failed", "unreachable") and not r.ignore_errors:
+            msg = str(r.result.get("msg", ""))[:300]
+            stderr = str(r.result.get("stderr", ""))[-600:]
+            lines.append(f"{r.host}: {r.task}: {msg} {stderr}")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="session")
+def first_provision(inventory: Path, source_vars: dict[str, Any]) -> runner.RunResult:
+    """The session's first full provision of the fresh sandbox (its events are kept)."""
+    result = provision_run(inventory, source_vars)
+    assert result.ok, describe_failures(result)
+    return result
+
+
+@pytest.fixture(scope="session")
+def second_provision(
+    first_provision: runner.RunResult, inventory: Path, source_vars: dict[str, Any]
+) -> runner.RunResult:
+    """A second provision with nothing changed (for idempotence assertions)."""
+    result = provision_run(inventory, source_vars)
+    assert result.ok, describe_failures(result)
+    return result

@@ -1,0 +1,110 @@
+"""Foundation: provision a real 3-node sandbox and check what the controller and nodes see."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from mpictl import lock, paths, runner
+from mpictl.inventory import load_inventory
+from tests.integration.nodes import ssh
+
+
+def mpictl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mpictl", *args], capture_output=True, text=True, timeout=900
+    )
+
+
+def test_recap_reports_every_node_ok(first_provision: runner.RunResult) -> None:
+    nodes = {"node1", "node2", "node3"}
+    assert nodes <= set(first_provision.stats)
+    for host in nodes:
+        stats = first_provision.stats[host]
+        assert stats.failed == 0 and stats.unreachable == 0
+        assert stats.ok > 0
+    assert first_provision.rc == 0
+    # ansible-runner's artifacts are kept under the state dir.
+    run_dir = first_provision.private_data_dir
+    assert run_dir.parent == paths.runs_dir()
+    assert (run_dir / "artifacts" / "run" / "job_events").is_dir()
+
+
+def test_controller_reaches_every_node_over_ssh_with_pinned_keys(
+    first_provision: runner.RunResult, inventory: Path
+) -> None:
+    cluster = load_inventory(inventory)
+    for node in cluster.nodes:
+        assert "StrictHostKeyChecking=yes" in node.ssh_common_args
+        proc = ssh(node, "hostname")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == node.name
+
+
+def test_nodes_reach_each_other_by_hostname(
+    first_provision: runner.RunResult, inventory: Path
+) -> None:
+    cluster = load_inventory(inventory)
+    for node in cluster.nodes:
+        for other in cluster.nodes:
+            if other is node:
+                continue
+            probe = f"getent hosts {other.name} && timeout 5 bash -c '</dev/tcp/{other.name}/22'"
+            proc = ssh(node, probe)
+            assert proc.returncode == 0, f"{node.name} -> {other.name}: {proc.stderr}"
+
+
+def test_slot_defaults_come_from_the_fact_cache(
+    first_provision: runner.RunResult, inventory: Path
+) -> None:
+    cluster = load_inventory(inventory)
+    for node in cluster.nodes:
+        assert node.slots_source == "vcpus"
+        assert node.slots == node.facts["ansible_processor_vcpus"]
+        assert node.facts["mpi_gpu_count"] in (0, "0")
+    proc = mpictl("hostfile", "-i", str(inventory))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "".join(f"{n.name} slots={n.slots}\n" for n in cluster.nodes)
+
+
+def test_cli_provision_prints_recap_and_exit_code(
+    first_provision: runner.RunResult, inventory: Path
+) -> None:
+    # Only the validation and fact plays: quick, and exercises the CLI end to end.
+    proc = mpictl("provision", "-i", str(inventory), "--playbook", "validate.yml")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert "Recap" in proc.stdout
+    for host in ("node1", "node2", "node3"):
+        assert host in proc.stdout
+
+
+def test_second_provision_is_refused_while_one_runs(
+    first_provision: runner.RunResult, inventory: Path
+) -> None:
+    with lock.hold(inventory):
+        proc = mpictl("provision", "-i", str(inventory))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("mpictl: error: another mpictl provision is running")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_validation_play_stops_before_any_node_is_touched(
+    first_provision: runner.RunResult, inventory: Path, tmp_path: Path
+) -> None:
+    # Bypass the CLI's own checks: the playbook must stand on its own for ansible-playbook users.
+    bad = tmp_path / "inventory"
+    subprocess.run(["cp", "-r", str(inventory), str(bad)], check=True)
+    hosts = bad / "hosts.yml"
+    hosts.write_text(
+        hosts.read_text().replace("node2:\n", "node2:\n          mpi_slots: four\n", 1)
+    )
+    assert "mpi_slots: four" in hosts.read_text()
+    result = runner.run_playbook(paths.playbook("site.yml"), bad)
+    assert result.rc != 0
+    assert result.failed_hosts == ["localhost"]
+    touched = {r.host for r in result.task_results() if r.host != "localhost"}
+    assert touched == set()
+    failure = next(r for r in result.task_results() if r.status == "failed")
+    messages = [item.get("msg") for item in failure.result["results"] if item.get("failed")]
+    assert messages == ["node2: mpi_slots must be a positive integer, got four"]
