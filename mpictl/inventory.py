@@ -123,25 +123,42 @@ def resolve_slots(host: str, hostvars: Mapping[str, Any]) -> tuple[int | None, s
     return None, None
 
 
-def load_cached_facts(host: str, facts_dir: Path | None = None) -> dict[str, Any]:
-    """The facts Ansible's jsonfile cache holds for ``host`` ({} when none).
+class _FactCache:
+    """Ansible's jsonfile fact cache, read-only.
 
     ansible-core < 2.19 writes ``<dir>/<host>`` holding the facts; 2.19 writes
-    ``<dir>/s<N>_<host>`` holding ``{"__payload__": "<the facts as JSON>"}``.
+    ``<dir>/s<N>_<host>`` holding ``{"__payload__": "<the facts as JSON, values tagged>"}``.
     """
-    directory = facts_dir or paths.facts_dir()
-    candidates = [directory / host, *directory.glob(f"s[0-9]*_{host}")]
-    existing = [p for p in candidates if p.is_file()]
-    if not existing:
-        return {}
-    newest = max(existing, key=lambda p: p.stat().st_mtime)
-    try:
-        data = json.loads(newest.read_text())
-        if isinstance(data, dict) and isinstance(data.get("__payload__"), str):
-            data = json.loads(data["__payload__"])
-    except (OSError, ValueError):
-        return {}
-    return _untag(data) if isinstance(data, dict) else {}
+
+    def __init__(self, directory: Path) -> None:
+        self.files: dict[str, Path] = {}
+        try:
+            entries = sorted(directory.iterdir(), key=lambda p: p.stat().st_mtime)
+        except OSError:
+            entries = []
+        for path in entries:  # oldest first: the newest file of a host wins
+            name = path.name
+            head, sep, rest = name.partition("_")
+            if sep and head[:1] == "s" and head[1:].isdigit():
+                name = rest
+            self.files[name] = path
+
+    def get(self, host: str) -> dict[str, Any]:
+        path = self.files.get(host)
+        if path is None:
+            return {}
+        try:
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and isinstance(data.get("__payload__"), str):
+                data = json.loads(data["__payload__"])
+        except (OSError, ValueError):
+            return {}
+        return _untag(data) if isinstance(data, dict) else {}
+
+
+def load_cached_facts(host: str, facts_dir: Path | None = None) -> dict[str, Any]:
+    """The facts Ansible's jsonfile cache holds for ``host`` ({} when none)."""
+    return _FactCache(facts_dir or paths.facts_dir()).get(host)
 
 
 def _untag(value: Any) -> Any:
@@ -191,15 +208,21 @@ def _first_line(text: str) -> str:
     return str(text).strip()
 
 
-def _load_manager(source: Path) -> tuple[Any, Any, Any]:
+def _load_manager(source: Path) -> tuple[Any, Any]:
     os.environ.setdefault("ANSIBLE_DUPLICATE_YAML_DICT_KEY", "error")
     from ansible import constants as C  # noqa: N812
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
-    from ansible.vars.manager import VariableManager
 
     C.INVENTORY_UNPARSED_IS_FAILED = True
+    # Plain YAML inventories are the common case: try the yaml plugin before `auto`, which
+    # would otherwise load every such file twice.
+    enabled = list(C.INVENTORY_ENABLED)
+    if "yaml" in enabled and "auto" in enabled and enabled.index("auto") < enabled.index("yaml"):
+        enabled.remove("yaml")
+        enabled.insert(enabled.index("auto"), "yaml")
+        C.INVENTORY_ENABLED = enabled
     loader = DataLoader()
     with _captured_ansible_warnings() as warnings:
         try:
@@ -210,7 +233,50 @@ def _load_manager(source: Path) -> tuple[Any, Any, Any]:
             if detail:
                 reason = _first_line(detail)
             raise InventoryError(f"{source}: cannot parse inventory: {reason}") from None
-    return loader, manager, VariableManager(loader=loader, inventory=manager)
+    return loader, manager
+
+
+class _InventoryVars:
+    """Inventory-level variables of hosts, merged in the order Ansible's VariableManager uses
+    (group vars of the inventory and of group_vars/ dirs, then host vars and host_vars/ dirs),
+    with the group part computed once per distinct set of groups: thousands of hosts usually
+    share a handful of group sets.
+    """
+
+    def __init__(self, loader: Any, manager: Any) -> None:
+        self.loader = loader
+        self.manager = manager
+        self._by_groups: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def _plugins(self, entities: list[Any]) -> dict[str, Any]:
+        from ansible.vars.plugins import get_vars_from_inventory_sources
+
+        return get_vars_from_inventory_sources(self.loader, self.manager._sources, entities, "task")
+
+    def _group_vars(self, host: Any) -> dict[str, Any]:
+        from ansible.inventory.helpers import get_group_vars, sort_groups
+        from ansible.utils.vars import combine_vars
+
+        groups = sort_groups([g for g in host.get_groups() if g.name != "all"])
+        key = tuple(g.name for g in groups)
+        if key not in self._by_groups:
+            all_group = self.manager.groups["all"]
+            data: dict[str, Any] = {}
+            for part in (
+                all_group.get_vars(),
+                get_group_vars(groups),
+                self._plugins([all_group]),
+                self._plugins(groups),
+            ):
+                data = combine_vars(data, part)
+            self._by_groups[key] = data
+        return self._by_groups[key]
+
+    def get(self, host: Any) -> dict[str, Any]:
+        from ansible.utils.vars import combine_vars
+
+        data = combine_vars(self._group_vars(host), host.get_vars())
+        return combine_vars(data, self._plugins([host]))
 
 
 def _template(loader: Any, variables: Mapping[str, Any], value: Any) -> Any:
@@ -229,7 +295,9 @@ def load_inventory(source: Path | str | None = None, facts_dir: Path | None = No
     path = Path(source) if source is not None else paths.sandbox_inventory()
     if not path.exists():
         raise InventoryError(f"{path}: inventory not found")
-    loader, manager, variables = _load_manager(path)
+    loader, manager = _load_manager(path)
+    variables = _InventoryVars(loader, manager)
+    cached = _FactCache(facts_dir or paths.facts_dir())
     groups = manager.get_groups_dict()
     names = groups.get(NODES_GROUP) or []
     if not names:
@@ -239,8 +307,8 @@ def load_inventory(source: Path | str | None = None, facts_dir: Path | None = No
     seen: dict[str, str] = {}
     for name in names:
         host = manager.get_host(name)
-        hostvars = variables.get_vars(host=host, include_hostvars=False)
-        facts = load_cached_facts(name, facts_dir)
+        hostvars = variables.get(host)
+        facts = cached.get(name)
         merged = {**facts, **hostvars}
         address = str(_template(loader, merged, hostvars.get("mpi_address") or name))
         for label in {name.lower(), address.lower()}:
