@@ -1,0 +1,169 @@
+"""Every role follows the project's conventions; these checks fail on the first role that drifts.
+
+- layout: defaults/, tasks/main.yml, meta/argument_specs.yml, README.md, molecule/default/
+- meta/argument_specs.yml (entry point ``main``) lists exactly the keys of defaults/main.yml
+- role variables carry the role's prefix; every defaults key is documented in the README
+- modules are called by FQCN (or are the role's own, in library/); every command/shell task
+  says ``changed_when``; registered results are named ``__*``
+- templates rendered onto nodes start with ``{{ ansible_managed | comment }}``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
+
+# Variable prefixes per role (default: "<role>_").
+PREFIXES: dict[str, tuple[str, ...]] = {
+    "ssh_mesh": ("mpi_ssh_", "mpi_user"),
+    "mpi_environment": ("mpi_env_",),
+    "hostfile": ("mpi_hostfile_",),
+}
+
+# Keys of a task that are not its module.
+TASK_KEYWORDS = {
+    "name",
+    "when",
+    "loop",
+    "loop_control",
+    "with_items",
+    "with_dict",
+    "with_fileglob",
+    "register",
+    "changed_when",
+    "failed_when",
+    "become",
+    "become_user",
+    "become_method",
+    "delegate_to",
+    "delegate_facts",
+    "run_once",
+    "tags",
+    "vars",
+    "notify",
+    "no_log",
+    "ignore_errors",
+    "ignore_unreachable",
+    "until",
+    "retries",
+    "delay",
+    "args",
+    "environment",
+    "check_mode",
+    "diff",
+    "throttle",
+    "any_errors_fatal",
+    "async",
+    "poll",
+    "listen",
+    "timeout",
+    "block",
+    "rescue",
+    "always",
+    "local_action",
+    "connection",
+    "module_defaults",
+    "debugger",
+}
+COMMAND_MODULES = {
+    "ansible.builtin.command",
+    "ansible.builtin.shell",
+    "ansible.builtin.raw",
+    "ansible.builtin.script",
+}
+
+
+def role_ids(roles: list[Path]) -> list[str]:
+    return [r.name for r in roles]
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def iter_tasks(items: Any) -> Iterator[dict[str, Any]]:
+    for item in items or []:
+        if not isinstance(item, dict):
+            continue
+        yield item
+        for section in ("block", "rescue", "always"):
+            if section in item:
+                yield from iter_tasks(item[section])
+
+
+def task_files(role: Path) -> list[Path]:
+    return sorted((role / "tasks").rglob("*.yml")) + sorted((role / "handlers").rglob("*.yml"))
+
+
+def module_of(task: dict[str, Any]) -> str | None:
+    keys = [k for k in task if k not in TASK_KEYWORDS]
+    return keys[0] if keys else None
+
+
+@pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
+def test_layout(role: Path) -> None:
+    for rel in (
+        "defaults/main.yml",
+        "tasks/main.yml",
+        "meta/argument_specs.yml",
+        "meta/main.yml",
+        "README.md",
+        "molecule/default/molecule.yml",
+    ):
+        assert (role / rel).is_file(), f"{role.name}: {rel} is missing"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
+def test_argument_specs_mirror_defaults(role: Path) -> None:
+    defaults = load_yaml(role / "defaults" / "main.yml") or {}
+    specs = load_yaml(role / "meta" / "argument_specs.yml") or {}
+    options = specs["argument_specs"]["main"].get("options") or {}
+    assert sorted(options) == sorted(defaults), f"{role.name}: argument_specs and defaults differ"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
+def test_variables_carry_the_role_prefix_and_are_documented(role: Path) -> None:
+    defaults = load_yaml(role / "defaults" / "main.yml") or {}
+    prefixes = PREFIXES.get(role.name, (f"{role.name}_",))
+    readme = (role / "README.md").read_text()
+    for key in defaults:
+        assert key.startswith(prefixes), f"{role.name}: variable {key} lacks prefix {prefixes}"
+        assert key in readme, f"{role.name}: variable {key} is not documented in README.md"
+    internal = load_yaml(role / "vars" / "main.yml") or {}
+    for key in internal:
+        assert key.startswith("_"), f"{role.name}: vars/main.yml key {key} is not internal (_*)"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
+def test_tasks_use_fqcn_and_command_tasks_declare_changed_when(role: Path) -> None:
+    for path in task_files(role):
+        for task in iter_tasks(load_yaml(path)):
+            if any(k in task for k in ("block", "include_tasks", "import_tasks")):
+                continue
+            module = module_of(task)
+            where = f"{path.relative_to(ROOT)}: task {task.get('name')!r}"
+            assert module is not None, f"{where}: no module"
+            local = (role / "library" / f"{module}.py").is_file()
+            assert "." in module or local, f"{where}: module {module} is not an FQCN"
+            assert task.get("name"), f"{where}: task has no name"
+            if module in COMMAND_MODULES:
+                assert "changed_when" in task, f"{where}: {module} without changed_when"
+            register = task.get("register")
+            if register:
+                assert str(register).startswith("__"), f"{where}: register {register} not __*"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
+def test_templates_start_with_ansible_managed(role: Path) -> None:
+    for template in sorted((role / "templates").rglob("*.j2")):
+        first = template.read_text().lstrip().splitlines()[0]
+        assert "ansible_managed" in first and "comment" in first, (
+            f"{template.relative_to(ROOT)}: first line must be {{{{ ansible_managed | comment }}}}"
+        )
