@@ -10,6 +10,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 tier=${1:-all}
 ruff check mpictl tests bench filter_plugins
 ruff format --check mpictl tests bench filter_plugins
+ansible-lint --nocolor -q playbooks roles
 pytest -q -p no:cacheprovider tests/unit
 if [ "$tier" = all ]; then
   bash scripts/fetch-test-sources.sh
