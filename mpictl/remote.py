@@ -1,0 +1,213 @@
+"""SSH from the controller to the head node as the MPI user.
+
+The job side (run, smoke, bench, doctor) talks to the cluster the way a user would: it logs in to
+the head node as the MPI user with the cluster key (``<state>/cluster_ssh/id_ed25519``, made by the
+``ssh_mesh`` role) over the head's connection from the inventory (``ansible_host``,
+``ansible_port``, ``ansible_ssh_common_args`` with its pinned known_hosts), and from there reaches
+the other nodes through the cluster's own SSH mesh.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpictl import paths
+from mpictl.errors import JobError
+from mpictl.inventory import Cluster, Node
+
+DEFAULT_MPI_USER = "mpi"
+# Paths the mpi_jobs role installs on every node.
+TOOLS_DIR = "/opt/mpictl/share/jobs"
+TORCH_ENV = "/opt/mpictl/bin/mpictl-torch-env"
+VENV_PYTHON = "/opt/mpictl/venv/bin/python"
+HOSTFILE = "/etc/mpictl/hostfile"
+
+
+def cluster_key() -> Path:
+    return paths.state_dir() / "cluster_ssh" / "id_ed25519"
+
+
+def mpi_user(cluster: Cluster) -> str:
+    return str(cluster.head.vars.get("mpi_user") or DEFAULT_MPI_USER)
+
+
+@dataclass(frozen=True)
+class HeadSSH:
+    """How to reach the head node as the MPI user."""
+
+    node: Node
+    user: str
+    key: Path
+
+    @classmethod
+    def for_cluster(cls, cluster: Cluster, key: Path | None = None) -> HeadSSH:
+        key = key or cluster_key()
+        if not key.is_file():
+            raise JobError(
+                f"cluster key {key} not found: run `mpictl provision -i {cluster.source}` first "
+                "(the ssh_mesh role creates it)"
+            )
+        return cls(node=cluster.head, user=mpi_user(cluster), key=key)
+
+    def argv(self, command: str, *, tty: bool = False, connect_timeout: int = 10) -> list[str]:
+        """ssh argv that runs ``command`` (a remote shell command line) on the head."""
+        return [
+            "ssh",
+            *(["-tt"] if tty else ["-T"]),
+            "-p",
+            str(self.node.ssh_port),
+            "-i",
+            str(self.key),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ConnectTimeout={connect_timeout}",
+            "-o",
+            "ServerAliveInterval=5",
+            "-o",
+            "ServerAliveCountMax=3",
+            "-o",
+            "LogLevel=ERROR",
+            *shlex.split(self.node.ssh_common_args),
+            "-l",
+            self.user,
+            self.node.ssh_host or self.node.name,
+            command,
+        ]
+
+    def run(
+        self, command: str, *, stdin: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` on the head and capture its output."""
+        try:
+            return subprocess.run(
+                self.argv(command),
+                input=stdin if stdin is not None else "",
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise JobError(
+                f"{self.node.name}: no answer from the head node within {timeout:.0f} s"
+            ) from None
+
+    def run_python(
+        self, source: str, args: Sequence[str] = (), *, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a Python program (sent on stdin) with the head's system python3."""
+        quoted = " ".join(shlex.quote(a) for a in args)
+        return self.run(f"python3 - {quoted}", stdin=source, timeout=timeout)
+
+    def check_reachable(self) -> None:
+        """Raise a JobError naming the head when it cannot be logged in to."""
+        proc = self.run("true", timeout=30)
+        if proc.returncode != 0:
+            detail = _last_line(proc.stderr) or f"ssh exit {proc.returncode}"
+            raise JobError(
+                f"{self.node.name}: cannot ssh to the head node as {self.user} "
+                f"({detail}); fix: check that the node is up and run `mpictl provision`"
+            )
+
+
+# Runs on the head (python3): for every host in parallel, `ssh host PROGRAM_CMD` as the MPI user
+# with BatchMode and strict host keys, PROGRAM on stdin; one JSON line per host.
+FANOUT_SCRIPT = r"""
+import json, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
+spec = json.loads(sys.stdin.readline())
+program = sys.stdin.read()
+def one(host):
+    cmd = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+           "-o", "ConnectTimeout=%d" % spec["connect_timeout"], "-o", "LogLevel=ERROR",
+           host, spec["command"]]
+    try:
+        p = subprocess.run(cmd, input=program, capture_output=True, text=True,
+                           timeout=spec["timeout"])
+        return {"host": host, "rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
+    except subprocess.TimeoutExpired:
+        return {"host": host, "rc": 124, "stdout": "", "stderr": "timed out"}
+with ThreadPoolExecutor(max_workers=min(32, max(1, len(spec["hosts"])))) as pool:
+    for rec in pool.map(one, spec["hosts"]):
+        print(json.dumps(rec), flush=True)
+"""
+
+
+@dataclass(frozen=True)
+class NodeOutput:
+    host: str
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def error(self) -> str:
+        return _last_line(self.stderr) or _last_line(self.stdout) or f"exit {self.rc}"
+
+
+def run_on_nodes(
+    head: HeadSSH,
+    hosts: Sequence[str],
+    command: str,
+    program: str = "",
+    *,
+    timeout: float = 60,
+    connect_timeout: int = 5,
+) -> dict[str, NodeOutput]:
+    """From the head, as the MPI user, run ``command`` on each of ``hosts`` (``program`` on its
+    stdin), in parallel. A host that could not be reached has rc 255 (ssh's)."""
+    spec = {
+        "hosts": list(hosts),
+        "command": command,
+        "timeout": timeout,
+        "connect_timeout": connect_timeout,
+    }
+    proc = head.run(
+        "python3 -c " + shlex.quote(FANOUT_SCRIPT),
+        stdin=json.dumps(spec) + "\n" + program,
+        timeout=timeout + connect_timeout + 30,
+    )
+    if proc.returncode != 0:
+        raise JobError(
+            f"{head.node.name}: could not run commands from the head node as {head.user}: "
+            f"{_last_line(proc.stderr) or proc.returncode}"
+        )
+    out: dict[str, NodeOutput] = {}
+    for rec in json_lines(proc.stdout):
+        out[str(rec["host"])] = NodeOutput(
+            str(rec["host"]), int(rec["rc"]), str(rec["stdout"]), str(rec["stderr"])
+        )
+    return out
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line of ``text`` that is a JSON object (other lines are ignored)."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        # --tag-output prefixes lines with "[jobid,rank]<stdout>: "
+        start = line.find("{")
+        if start < 0 or not line.endswith("}"):
+            continue
+        try:
+            value = json.loads(line[start:])
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out

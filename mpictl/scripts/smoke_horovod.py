@@ -1,0 +1,107 @@
+"""mpictl smoke suite, Horovod part: run under mpirun on every rank (horovod.torch).
+
+Same JSON line format as smoke_mpi.py ("suite": "horovod"): allreduce (sum of the ranks),
+broadcast (every rank ends with rank 0's tensor), allgather (every rank's row, in rank order).
+Each rank checks the computed expected values; rank 0 reports. A test passes only when its ranks
+ran on at least two distinct hosts. Installed by the mpi_jobs role.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+import horovod.torch as hvd
+import torch
+
+N = 8
+
+
+def test_allreduce(rank: int, size: int) -> list[str]:
+    out = hvd.allreduce(torch.tensor([float(rank)] * N), op=hvd.Sum, name="smoke.allreduce")
+    want = float(size * (size - 1) // 2)
+    bad = [v for v in out.tolist() if abs(v - want) > 1e-6]
+    return [f"allreduce sum is {bad[0]}, want {want}"] if bad else []
+
+
+def test_broadcast(rank: int, size: int) -> list[str]:
+    tensor = torch.arange(N, dtype=torch.float32) * (rank + 1)
+    out = hvd.broadcast(tensor, root_rank=0, name="smoke.broadcast")
+    want = [float(i) for i in range(N)]
+    return [] if out.tolist() == want else [f"broadcast got {out.tolist()}, want {want}"]
+
+
+def test_allgather(rank: int, size: int) -> list[str]:
+    row = torch.tensor([[float(rank), float(rank * 10)]])
+    out = hvd.allgather(row, name="smoke.allgather")
+    want = [[float(r), float(r * 10)] for r in range(size)]
+    return [] if out.tolist() == want else [f"allgather got {out.tolist()}, want {want}"]
+
+
+TESTS: list[tuple[str, Callable[[int, int], list[str]]]] = [
+    ("hvd_allreduce", test_allreduce),
+    ("hvd_broadcast", test_broadcast),
+    ("hvd_allgather", test_allgather),
+]
+
+
+def main() -> int:
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    host = socket.gethostname()
+    hosts = hvd.allgather_object(host)
+    if rank == 0:
+        print(
+            json.dumps(
+                {
+                    "suite": "horovod",
+                    "event": "start",
+                    "ranks": size,
+                    "rank_hosts": hosts,
+                    "library": f"horovod {hvd.__version__ if hasattr(hvd, '__version__') else ''}",
+                }
+            ),
+            flush=True,
+        )
+    ok = True
+    for name, fn in TESTS:
+        start = time.perf_counter()
+        try:
+            errors = fn(rank, size)
+        except Exception as exc:  # noqa: BLE001 - reported as this rank's failure
+            errors = [f"{type(exc).__name__}: {exc}"]
+            traceback.print_exc(file=sys.stderr)
+        elapsed = time.perf_counter() - start
+        results = hvd.allgather_object((rank, host, errors, elapsed))
+        failures = [{"rank": r, "host": h, "error": "; ".join(e)} for r, h, e, _ in results if e]
+        distinct = sorted(set(hosts))
+        if len(distinct) < 2:
+            failures.append(
+                {
+                    "rank": None,
+                    "host": distinct[0],
+                    "error": "every rank ran on one host: the test did not cross nodes",
+                }
+            )
+        ok = ok and not failures
+        if rank == 0:
+            record = {
+                "suite": "horovod",
+                "test": name,
+                "ranks": size,
+                "hosts": distinct,
+                "ok": not failures,
+                "time_s": round(max(t for *_, t in results), 6),
+                "failures": failures,
+            }
+            print(json.dumps(record), flush=True)
+    hvd.shutdown()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

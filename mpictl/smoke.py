@@ -1,0 +1,256 @@
+"""``mpictl smoke``: prove that every collective works across nodes.
+
+Steps: log in to the head as the MPI user; from the head, check every node (SSH as the MPI user
+with strict host keys, the smoke programs and mpi4py/Horovod importable by the cluster venv) so a
+broken node is named before mpirun starts; then run the smoke programs (installed by the mpi_jobs
+role) with ``mpictl run``'s launcher on all slots. The programs print one JSON line per test
+(see mpictl/scripts/smoke_mpi.py); this module parses those lines, never free text. A test that
+did not report is a failure, explained with the lines of mpirun's output that name a node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mpictl import jobs, launch, remote
+from mpictl.errors import UsageError
+from mpictl.inventory import Cluster
+
+SUITES = ("mpi", "horovod", "all")
+MPI_TESTS = (
+    "point_to_point",
+    "broadcast",
+    "scatter",
+    "gather",
+    "reduce_sum",
+    "reduce_max",
+    "allreduce",
+)
+HOROVOD_TESTS = ("hvd_allreduce", "hvd_broadcast", "hvd_allgather")
+PROGRAMS = {
+    "mpi": (f"{remote.TOOLS_DIR}/smoke_mpi.py", MPI_TESTS, "mpi4py"),
+    "horovod": (f"{remote.TOOLS_DIR}/smoke_horovod.py", HOROVOD_TESTS, "horovod.torch"),
+}
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass
+class TestResult:
+    suite: str
+    test: str
+    ranks: int
+    hosts: list[str]
+    ok: bool
+    time_s: float | None
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    skipped: bool = False
+
+    @property
+    def result(self) -> str:
+        if self.skipped:
+            return "skipped"
+        return "pass" if self.ok else "FAIL"
+
+    @property
+    def message(self) -> str:
+        parts = []
+        for f in self.failures:
+            where = str(f.get("host") or "?")
+            if f.get("rank") is not None:
+                where += f" (rank {f['rank']})"
+            parts.append(f"{where}: {f.get('error', '')}")
+        return "; ".join(parts)
+
+
+@dataclass
+class SmokeReport:
+    results: list[TestResult] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    job_ids: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        ran = [r for r in self.results if not r.skipped]
+        return bool(ran) and not self.errors and all(r.ok for r in ran)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "errors": self.errors,
+            "jobs": self.job_ids,
+            "results": [{**asdict(r), "result": r.result} for r in self.results],
+        }
+
+
+def parse_results(output: str, suite: str) -> list[TestResult]:
+    """The test records of ``suite`` in a job's output (JSON lines, tag prefixes allowed)."""
+    out = []
+    for rec in remote.json_lines(output):
+        if rec.get("suite") != suite or "test" not in rec:
+            continue
+        out.append(
+            TestResult(
+                suite=suite,
+                test=str(rec["test"]),
+                ranks=int(rec.get("ranks") or 0),
+                hosts=[str(h) for h in rec.get("hosts") or []],
+                ok=bool(rec.get("ok")),
+                time_s=float(rec["time_s"]) if rec.get("time_s") is not None else None,
+                failures=list(rec.get("failures") or []),
+            )
+        )
+    return out
+
+
+def node_lines(output: str, names: Sequence[str], limit: int = 3) -> list[str]:
+    """Lines of ``output`` that name one of ``names`` (as a whole word), for error messages."""
+    found = []
+    patterns = [re.compile(rf"(?<![\w.-]){re.escape(n)}(?![\w-])") for n in names if n]
+    for line in output.splitlines():
+        text = re.sub(r"^\[[\d,]+\]<std(out|err)>:\s*", "", line.strip())
+        if text and not text.startswith("{") and any(p.search(text) for p in patterns):
+            if text not in found:
+                found.append(text)
+        if len(found) >= limit:
+            break
+    return found
+
+
+def complete(
+    suite: str, expected: Sequence[str], parsed: list[TestResult], output: str, exit_code: int,
+    names: Sequence[str],
+) -> list[TestResult]:
+    """``parsed`` plus a failed result for every expected test that did not report."""
+    seen = {r.test for r in parsed}
+    missing = [t for t in expected if t not in seen]
+    if not missing:
+        return parsed
+    lines = node_lines(output, names)
+    reason = f"did not report (job exit code {exit_code})"
+    if lines:
+        reason += "; mpirun said: " + " | ".join(lines)
+    hosts = sorted({n for n in names if any(n in line for line in lines)})
+    extra = [
+        TestResult(
+            suite=suite,
+            test=t,
+            ranks=0,
+            hosts=hosts,
+            ok=False,
+            time_s=None,
+            failures=[{"rank": None, "host": ", ".join(hosts) or "?", "error": reason}],
+        )
+        for t in missing
+    ]
+    return parsed + extra
+
+
+PREFLIGHT = """
+import importlib, os, sys
+missing = [p for p in sys.argv[1:] if p.startswith("/") and not os.path.isfile(p)]
+mods = {}
+for name in [m for m in sys.argv[1:] if not m.startswith("/")]:
+    try:
+        importlib.import_module(name)
+        mods[name] = "ok"
+    except Exception as exc:
+        mods[name] = "%s: %s" % (type(exc).__name__, exc)
+import json
+print(json.dumps({"missing": missing, "modules": mods}))
+"""
+
+
+def preflight(
+    cluster: Cluster, head: remote.HeadSSH, suites: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
+    """Errors naming nodes (unreachable, smoke programs or mpi4py missing), and for each optional
+    suite the reason it cannot run ("" when it can)."""
+    files = [PROGRAMS[s][0] for s in suites]
+    modules = ["mpi4py", *(["horovod.torch"] if "horovod" in suites else [])]
+    hosts = [n.address for n in cluster.nodes]
+    cmd = f"{remote.VENV_PYTHON} - " + " ".join([*files, *modules])
+    outputs = remote.run_on_nodes(head, hosts, cmd, PREFLIGHT, timeout=120)
+    errors: list[str] = []
+    horovod_missing: list[str] = []
+    for node in cluster.nodes:
+        out = outputs.get(node.address)
+        if out is None or out.rc == 255:
+            why = out.error if out else "no answer"
+            errors.append(
+                f"{node.name}: cannot ssh from {cluster.head.name} as {head.user} ({why}); "
+                "fix: start the node, then `mpictl provision` (ssh_mesh)"
+            )
+            continue
+        rec = next(iter(remote.json_lines(out.stdout)), None)
+        if not out.ok or rec is None:
+            errors.append(
+                f"{node.name}: the cluster venv does not run ({remote.VENV_PYTHON}: {out.error}); "
+                "fix: `mpictl provision` (openmpi role, cluster venv)"
+            )
+            continue
+        for path in rec["missing"]:
+            errors.append(
+                f"{node.name}: {path} is missing; fix: `mpictl provision` (mpi_jobs role)"
+            )
+        mods = rec["modules"]
+        if mods.get("mpi4py") != "ok":
+            errors.append(
+                f"{node.name}: mpi4py does not import ({mods.get('mpi4py')}); "
+                "fix: `mpictl provision` (openmpi role, mpi4py)"
+            )
+        if "horovod.torch" in mods and mods["horovod.torch"] != "ok":
+            horovod_missing.append(f"{node.name}: {mods['horovod.torch']}")
+    skip = {"horovod": "; ".join(horovod_missing)} if horovod_missing else {}
+    return errors, skip
+
+
+def run_smoke(
+    cluster: Cluster,
+    suite: str = "all",
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    on_output: launch.OutputHandler | None = None,
+    on_suite: Callable[[str, launch.LaunchPlan], None] | None = None,
+) -> SmokeReport:
+    """Run the smoke suite(s) and return the structured report (no printing)."""
+    if suite not in SUITES:
+        raise UsageError(f"unknown suite '{suite}' (choose from {', '.join(SUITES)})")
+    suites = ["mpi", "horovod"] if suite == "all" else [suite]
+    report = SmokeReport()
+    head = remote.HeadSSH.for_cluster(cluster)
+    head.check_reachable()
+    errors, skip = preflight(cluster, head, suites)
+    if errors:
+        report.errors = errors
+        return report
+    names = sorted({n.name for n in cluster.nodes} | {n.address for n in cluster.nodes})
+    for name in suites:
+        program, expected, _ = PROGRAMS[name]
+        if name in skip:
+            if suite == name:
+                report.errors.append(f"Horovod is not usable on {skip[name]}")
+            else:
+                report.results.append(
+                    TestResult(name, "(suite)", 0, [], True, None, skipped=True,
+                               failures=[{"host": "", "error": "Horovod not installed"}])
+                )
+            continue
+        job_id = jobs.new_id()
+        options = launch.LaunchOptions(
+            command=[remote.VENV_PYTHON, "-u", program], timeout=timeout
+        )
+        plan = launch.plan(cluster, options, job_id, launch.derive_network(cluster))
+        record = jobs.create(cluster, plan, extra={"kind": f"smoke-{name}"})
+        if on_suite is not None:
+            on_suite(name, plan)
+        result = launch.execute(
+            cluster, plan, on_output=on_output, timeout=timeout, record=record, head=head
+        )
+        report.job_ids.append(job_id)
+        output = record.output_path.read_text(errors="replace")
+        parsed = parse_results(output, name)
+        report.results += complete(name, expected, parsed, output, result.exit_code, names)
+    return report
