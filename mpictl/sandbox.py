@@ -352,6 +352,11 @@ def network_create_args(spec: SandboxSpec) -> list[str]:
     ]
 
 
+def mac_for_ip(ip: str) -> str:
+    """A locally administered unicast MAC address derived from an IPv4 address."""
+    return "02:6d:" + ":".join(f"{b:02x}" for b in ipaddress.IPv4Address(ip).packed)
+
+
 def node_run_args(
     spec: SandboxSpec, node: SandboxNode, runtime: Runtime, image: str, cuda: Path | None = None
 ) -> list[str]:
@@ -363,6 +368,10 @@ def node_run_args(
         spec.name,
         "--ip",
         node.ip,
+        # A fixed MAC per address: a recreated node answers at once instead of after the host's
+        # stale neighbour (ARP) entry for its address expires (~30 s of connect timeouts).
+        "--mac-address",
+        mac_for_ip(node.ip),
         "-p",
         f"127.0.0.1:{node.ssh_port}:22",
         # MPI needs more shared memory than the 64 MiB default, and CMA (process_vm_readv)
