@@ -368,10 +368,6 @@ def node_run_args(
         spec.name,
         "--ip",
         node.ip,
-        # A fixed MAC per address: a recreated node answers at once instead of after the host's
-        # stale neighbour (ARP) entry for its address expires (~30 s of connect timeouts).
-        "--mac-address",
-        mac_for_ip(node.ip),
         "-p",
         f"127.0.0.1:{node.ssh_port}:22",
         # MPI needs more shared memory than the 64 MiB default, and CMA (process_vm_readv)
@@ -395,6 +391,10 @@ def node_run_args(
     # The config label covers what the inventory and --cuda decide, not the image: a newer image
     # recipe is used by nodes created from then on, running nodes are left alone.
     config = hashlib.sha256("\0".join(options).encode()).hexdigest()[:16]
+    # A fixed MAC per address (derived from it, so not part of the label): a recreated node
+    # answers at once instead of after the host's stale neighbour (ARP) entry for its address
+    # expires (~30 s of connect timeouts).
+    options += ["--mac-address", mac_for_ip(node.ip)]
     return [
         "run",
         "-d",
