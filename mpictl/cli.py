@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from mpictl import __version__, paths
-from mpictl.errors import MpictlError, ProvisionError
+from mpictl.errors import MpictlError, ProvisionError, UsageError
 
 app = typer.Typer(
     name="mpictl",
@@ -141,6 +141,264 @@ def _print_nodes(nodes: list) -> None:
     for n in nodes:
         table.add_row(n.name, n.container, n.state, f"127.0.0.1:{n.ssh_port}", str(n.ip))
     ui.console.print(table)
+
+
+# --------------------------------------------------------------------------- job side
+# Logic lives in mpictl.launch / jobs / smoke / doctor / bench; these functions only parse,
+# print and map results to exit codes.
+jobs_app = typer.Typer(help="Records of `mpictl run` jobs.", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+
+def _echo_stream(stream: str, line: str) -> None:
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.write(line)
+    out.flush()
+
+
+@app.command(
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+def run(
+    command: Annotated[list[str], typer.Argument(help="The command every rank runs (after --).")],
+    inventory: InventoryOpt = None,
+    np: Annotated[
+        int | None, typer.Option("-np", "--np", "-n", help="Ranks (default: all slots).")
+    ] = None,
+    ppn: Annotated[int | None, typer.Option("--ppn", help="Ranks per node.")] = None,
+    hosts: Annotated[
+        str | None, typer.Option("--hosts", help="Only these hosts: a,b (inventory names).")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("-x", help="Export NAME or NAME=VALUE to every rank.")
+    ] = None,
+    mca: Annotated[list[str] | None, typer.Option("--mca", help="MCA parameter k=v.")] = None,
+    torch: Annotated[
+        bool, typer.Option("--torch", help="Set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...")
+    ] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="End the job after S seconds.")
+    ] = None,
+    oversubscribe: Annotated[
+        bool, typer.Option("--oversubscribe", help="Allow more ranks than slots.")
+    ] = False,
+    master_port: Annotated[int, typer.Option(help="MASTER_PORT with --torch.")] = 29500,
+) -> None:
+    """Run CMD with mpirun on the head node as the MPI user (mpictl run -- CMD...)."""
+    from mpictl import launch
+    from mpictl.inventory import load_inventory
+
+    cluster = load_inventory(_inventory(inventory))
+    options = launch.LaunchOptions(
+        command=command,
+        np=np,
+        ppn=ppn,
+        hosts=hosts.split(",") if hosts is not None else None,
+        env=env or [],
+        mca=mca or [],
+        torch=torch,
+        timeout=timeout,
+        oversubscribe=oversubscribe,
+        master_port=master_port,
+    )
+
+    def announce(plan: launch.LaunchPlan, record: object) -> None:
+        print(f"mpictl: job {plan.job_id} on {cluster.head.name}: {plan.display}", file=sys.stderr)
+
+    result = launch.run(cluster, options, on_output=_echo_stream, on_plan=announce)
+    if result.exit_code != 0:
+        print(
+            f"mpictl: job {result.job_id} {result.status} (exit {result.exit_code}); "
+            f"output: mpictl jobs logs {result.job_id}",
+            file=sys.stderr,
+        )
+    raise typer.Exit(result.exit_code)
+
+
+@jobs_app.command("list")
+def jobs_list(as_json: JsonOpt = False) -> None:
+    """List recorded jobs, oldest first."""
+    import json
+    import time
+
+    from rich.table import Table
+
+    from mpictl import jobs, ui
+
+    records = jobs.list_jobs()
+    if as_json:
+        typer.echo(json.dumps([r.to_json() for r in records], indent=2))
+        return
+    table = Table()
+    for column in ("id", "status", "exit", "ranks", "hosts", "start", "seconds", "command"):
+        table.add_column(column)
+    for r in records:
+        table.add_row(
+            r.id,
+            r.status,
+            "" if r.exit_code is None else str(r.exit_code),
+            str(r.ranks),
+            ",".join(h["host"] for h in r.hosts),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start)),
+            "" if r.duration_s is None else f"{r.duration_s:.1f}",
+            " ".join(r.command),
+        )
+    ui.console.print(table)
+
+
+@jobs_app.command("show")
+def jobs_show(
+    job_id: Annotated[str, typer.Argument(help="Job id (a unique prefix is enough).")],
+) -> None:
+    """Show one job's record (JSON)."""
+    import json
+
+    from mpictl import jobs
+
+    record = jobs.load(job_id)
+    typer.echo(json.dumps({**record.to_json(), "output": str(record.output_path)}, indent=2))
+
+
+@jobs_app.command("logs")
+def jobs_logs(
+    job_id: Annotated[str, typer.Argument(help="Job id (a unique prefix is enough).")],
+) -> None:
+    """Print one job's full output."""
+    from mpictl import jobs
+
+    typer.echo(jobs.output(job_id), nl=False)
+
+
+@app.command()
+def smoke(
+    inventory: InventoryOpt = None,
+    suite: Annotated[str, typer.Option(help="mpi | horovod | all")] = "all",
+    as_json: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream mpirun output.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds per suite.")] = 300.0,
+) -> None:
+    """Verify point-to-point and collectives (and Horovod) across nodes."""
+    import json
+
+    from rich.table import Table
+
+    from mpictl import smoke as smoke_mod
+    from mpictl import ui
+    from mpictl.errors import CheckFailed
+    from mpictl.inventory import load_inventory
+
+    if suite not in smoke_mod.SUITES:
+        raise UsageError(f"unknown suite '{suite}' (choose from {', '.join(smoke_mod.SUITES)})")
+    cluster = load_inventory(_inventory(inventory))
+
+    def announce(name: str, plan: object) -> None:
+        print(f"mpictl: smoke {name}: {getattr(plan, 'display', '')}", file=sys.stderr)
+
+    report = smoke_mod.run_smoke(
+        cluster,
+        suite,
+        timeout=timeout,
+        on_output=_echo_stream if verbose else None,
+        on_suite=None if as_json else announce,
+    )
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        table = Table()
+        for column in ("test", "ranks", "hosts", "result", "time"):
+            table.add_column(column)
+        for r in report.results:
+            table.add_row(
+                f"{r.suite}/{r.test}",
+                str(r.ranks) if r.ranks else "",
+                ",".join(r.hosts),
+                r.result if r.ok or r.skipped else f"{r.result}: {r.message}",
+                "" if r.time_s is None else f"{r.time_s * 1000:.1f} ms",
+            )
+        if report.results:
+            ui.console.print(table)
+        for error in report.errors:
+            print(f"mpictl: {error}", file=sys.stderr)
+    if not report.ok:
+        failed = [r for r in report.results if not r.ok and not r.skipped]
+        nodes = sorted({str(f.get("host")) for r in failed for f in r.failures if f.get("host")})
+        first = (
+            report.errors[0]
+            if report.errors
+            else (
+                f"{failed[0].suite}/{failed[0].test}: {failed[0].message}"
+                if failed
+                else "no test ran"
+            )
+        )
+        where = f" (nodes: {', '.join(nodes)})" if nodes else ""
+        raise CheckFailed(f"smoke failed{where}: {first}")
+
+
+@app.command()
+def doctor(inventory: InventoryOpt = None, as_json: JsonOpt = False) -> None:
+    """Preflight checks: SSH mesh, environment, identical builds, network, slots."""
+    import json
+
+    from rich.table import Table
+
+    from mpictl import doctor as doctor_mod
+    from mpictl import ui
+    from mpictl.errors import CheckFailed
+    from mpictl.inventory import load_inventory
+
+    report = doctor_mod.run_doctor(load_inventory(_inventory(inventory)))
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        table = Table()
+        for column in ("check", "node", "result", "detail", "fix"):
+            table.add_column(column, overflow="fold")
+        for c in report.checks:
+            table.add_row(c.check, c.node, c.result, c.detail, c.fix)
+        ui.console.print(table)
+    if not report.ok:
+        first = report.failed[0]
+        nodes = sorted({c.node for c in report.failed})
+        raise CheckFailed(
+            f"doctor: {len(report.failed)} check(s) failed on {', '.join(nodes)}; first: "
+            f"{first.node}: {first.check}: {first.detail} (fix: {first.fix})"
+        )
+
+
+@app.command()
+def bench(
+    inventory: InventoryOpt = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
+    as_json: JsonOpt = False,
+    max_size: Annotated[int, typer.Option(help="Largest message in bytes.")] = 256 * 1024 * 1024,
+    ppn: Annotated[int, typer.Option(help="Ranks per node.")] = 1,
+) -> None:
+    """Allreduce sweep (8 B..256 MiB): latency, algbw, busbw; iperf3 link limit; PNG plot."""
+    import json
+
+    from rich.table import Table
+
+    from mpictl import bench as bench_mod
+    from mpictl import ui
+    from mpictl.inventory import load_inventory
+
+    report = bench_mod.run_bench(load_inventory(_inventory(inventory)), max_bytes=max_size, ppn=ppn)
+    if plot is not None:
+        bench_mod.plot(report, plot)
+    if as_json:
+        typer.echo(json.dumps({**report.to_json(), "plot": str(plot) if plot else None}, indent=2))
+        return
+    table = Table(title=f"allreduce, {report.points[0].ranks} ranks on {', '.join(report.hosts)}")
+    for column in ("size", "latency (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        table.add_column(column, justify="right")
+    for row in bench_mod.table_rows(report):
+        table.add_row(*row)
+    ui.console.print(table)
+    typer.echo(bench_mod.summary(report))
+    if plot is not None:
+        typer.echo(f"plot: {plot}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,16 +111,20 @@ def node_lines(output: str, names: Sequence[str], limit: int = 3) -> list[str]:
     patterns = [re.compile(rf"(?<![\w.-]){re.escape(n)}(?![\w-])") for n in names if n]
     for line in output.splitlines():
         text = re.sub(r"^\[[\d,]+\]<std(out|err)>:\s*", "", line.strip())
-        if text and not text.startswith("{") and any(p.search(text) for p in patterns):
-            if text not in found:
-                found.append(text)
+        matches = text and not text.startswith("{") and any(p.search(text) for p in patterns)
+        if matches and text not in found:
+            found.append(text)
         if len(found) >= limit:
             break
     return found
 
 
 def complete(
-    suite: str, expected: Sequence[str], parsed: list[TestResult], output: str, exit_code: int,
+    suite: str,
+    expected: Sequence[str],
+    parsed: list[TestResult],
+    output: str,
+    exit_code: int,
     names: Sequence[str],
 ) -> list[TestResult]:
     """``parsed`` plus a failed result for every expected test that did not report."""
@@ -234,14 +238,20 @@ def run_smoke(
                 report.errors.append(f"Horovod is not usable on {skip[name]}")
             else:
                 report.results.append(
-                    TestResult(name, "(suite)", 0, [], True, None, skipped=True,
-                               failures=[{"host": "", "error": "Horovod not installed"}])
+                    TestResult(
+                        name,
+                        "(suite)",
+                        0,
+                        [],
+                        True,
+                        None,
+                        skipped=True,
+                        failures=[{"host": "", "error": "Horovod not installed"}],
+                    )
                 )
             continue
         job_id = jobs.new_id()
-        options = launch.LaunchOptions(
-            command=[remote.VENV_PYTHON, "-u", program], timeout=timeout
-        )
+        options = launch.LaunchOptions(command=[remote.VENV_PYTHON, "-u", program], timeout=timeout)
         plan = launch.plan(cluster, options, job_id, launch.derive_network(cluster))
         record = jobs.create(cluster, plan, extra={"kind": f"smoke-{name}"})
         if on_suite is not None:

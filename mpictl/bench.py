@@ -1,0 +1,292 @@
+"""``mpictl bench``: allreduce bandwidth across nodes, against the TCP link limit.
+
+- The sweep runs ``bench_allreduce.py`` (mpi4py, installed by the mpi_jobs role) with one rank per
+  node (``--ppn 1``) through mpictl's launcher, 8 B to 256 MiB by powers of two.
+- Definitions as in nccl-tests: algbw = bytes / time; busbw = algbw * 2(n-1)/n for allreduce
+  (n ranks), the figure comparable to the link bandwidth.
+- The link limit: iperf3 between the first two nodes (server on the second, client on the first),
+  run from the head as the MPI user; ratio = busbw / limit.
+- The plot (PNG) is drawn on the controller with matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpictl import jobs, launch, remote
+from mpictl.errors import CheckFailed, JobError, UsageError
+from mpictl.inventory import Cluster
+
+MIN_BYTES = 8
+MAX_BYTES = 256 * 1024 * 1024
+REPORT_BYTES = 64 * 1024 * 1024
+IPERF_PORT = 5201
+IPERF_SECONDS = 3
+
+
+@dataclass(frozen=True)
+class Point:
+    bytes: int
+    ranks: int
+    time_s: float
+    iters: int = 0
+    ok: bool = True
+
+    @property
+    def latency_us(self) -> float:
+        return self.time_s * 1e6
+
+    @property
+    def algbw_gbps(self) -> float:
+        """Algorithm bandwidth in GB/s (10^9 bytes per second)."""
+        return algbw(self.bytes, self.time_s) / 1e9
+
+    @property
+    def busbw_gbps(self) -> float:
+        return busbw(self.bytes, self.time_s, self.ranks) / 1e9
+
+
+def algbw(nbytes: int, seconds: float) -> float:
+    """Bytes per second of the operation (nccl-tests' algbw)."""
+    if seconds <= 0:
+        raise ValueError("time must be positive")
+    return nbytes / seconds
+
+
+def busbw(nbytes: int, seconds: float, ranks: int) -> float:
+    """Allreduce bus bandwidth in bytes/s: algbw * 2(n-1)/n (nccl-tests)."""
+    if ranks <= 0:
+        raise ValueError("ranks must be positive")
+    return algbw(nbytes, seconds) * 2 * (ranks - 1) / ranks
+
+
+@dataclass
+class BenchReport:
+    points: list[Point] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    link_gbps: float | None = None  # iperf3, GB/s
+    link_pair: tuple[str, str] | None = None
+    link_error: str = ""
+    job_id: str = ""
+
+    def at(self, nbytes: int) -> Point | None:
+        return next((p for p in self.points if p.bytes == nbytes), None)
+
+    @property
+    def peak(self) -> Point | None:
+        return max(self.points, key=lambda p: p.busbw_gbps) if self.points else None
+
+    def ratio(self, point: Point | None) -> float | None:
+        if point is None or not self.link_gbps:
+            return None
+        return point.busbw_gbps / self.link_gbps
+
+    def to_json(self) -> dict[str, Any]:
+        at64 = self.at(REPORT_BYTES)
+        return {
+            "hosts": self.hosts,
+            "job": self.job_id,
+            "points": [
+                {
+                    **asdict(p),
+                    "latency_us": p.latency_us,
+                    "algbw_GBps": p.algbw_gbps,
+                    "busbw_GBps": p.busbw_gbps,
+                }
+                for p in self.points
+            ],
+            "link": {
+                "GBps": self.link_gbps,
+                "Gbit_s": self.link_gbps * 8 if self.link_gbps else None,
+                "pair": list(self.link_pair) if self.link_pair else None,
+                "error": self.link_error or None,
+            },
+            "busbw_64MiB_GBps": at64.busbw_gbps if at64 else None,
+            "ratio_64MiB": self.ratio(at64),
+        }
+
+
+def parse_points(output: str) -> tuple[list[Point], list[str]]:
+    """Sweep points (and the hosts) from the bench program's JSON lines."""
+    points, hosts = [], []
+    for rec in remote.json_lines(output):
+        if "bytes" not in rec or "time_s" not in rec:
+            continue
+        points.append(
+            Point(
+                bytes=int(rec["bytes"]),
+                ranks=int(rec["ranks"]),
+                time_s=float(rec["time_s"]),
+                iters=int(rec.get("iters") or 0),
+                ok=bool(rec.get("ok", True)),
+            )
+        )
+        hosts = [str(h) for h in rec.get("hosts") or hosts]
+    return points, hosts
+
+
+def parse_iperf(text: str) -> float:
+    """Receiver throughput of an ``iperf3 -J`` run, in GB/s."""
+    data = json.loads(text)
+    if data.get("error"):
+        raise JobError(f"iperf3: {data['error']}")
+    end = data.get("end", {})
+    bits = (end.get("sum_received") or end.get("sum") or {}).get("bits_per_second")
+    if not bits:
+        raise JobError("iperf3 reported no throughput")
+    return float(bits) / 8 / 1e9
+
+
+# Runs on the head (python3, MPI user): iperf3 server on B (one test), client on A, both by ssh.
+IPERF_DRIVER = r"""
+import json, subprocess, sys, time
+a, b, port, secs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+ssh = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+server = subprocess.Popen(ssh + [b, "exec timeout 60 iperf3 -s -1 -p " + port],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+time.sleep(1.5)
+client = subprocess.run(ssh + [a, "iperf3 -J -c %s -p %s -t %s" % (b, port, secs)],
+                        capture_output=True, text=True, timeout=90)
+try:
+    server.wait(timeout=15)
+except subprocess.TimeoutExpired:
+    server.kill()
+print(json.dumps({"rc": client.returncode, "stdout": client.stdout, "stderr": client.stderr}))
+"""
+
+
+def measure_link(cluster: Cluster, head: remote.HeadSSH) -> tuple[float, tuple[str, str]]:
+    if len(cluster.nodes) < 2:
+        raise UsageError("bench needs at least two nodes")
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    args = [a.address, b.address, str(IPERF_PORT), str(IPERF_SECONDS)]
+    proc = head.run_python(IPERF_DRIVER, args, timeout=150)
+    rec = next(iter(remote.json_lines(proc.stdout)), None)
+    if rec is None:
+        raise JobError(f"iperf3 from {a.name} to {b.name} did not run: {proc.stderr.strip()}")
+    try:
+        return parse_iperf(rec["stdout"]), (a.name, b.name)
+    except (ValueError, KeyError):
+        raise JobError(
+            f"iperf3 from {a.name} to {b.name} failed: {rec.get('stderr', '').strip()[-200:]} "
+            "(is iperf3 installed? `mpictl provision`, mpi_jobs role)"
+        ) from None
+
+
+def run_bench(
+    cluster: Cluster,
+    *,
+    min_bytes: int = MIN_BYTES,
+    max_bytes: int = MAX_BYTES,
+    ppn: int = 1,
+    timeout: float = 900,
+    on_output: launch.OutputHandler | None = None,
+) -> BenchReport:
+    if min_bytes < 4 or max_bytes < min_bytes:
+        raise UsageError(f"bad size range {min_bytes}..{max_bytes} (need 4 <= min <= max)")
+    head = remote.HeadSSH.for_cluster(cluster)
+    head.check_reachable()
+    report = BenchReport()
+    job_id = jobs.new_id()
+    options = launch.LaunchOptions(
+        command=[
+            remote.VENV_PYTHON,
+            "-u",
+            f"{remote.TOOLS_DIR}/bench_allreduce.py",
+            str(min_bytes),
+            str(max_bytes),
+        ],
+        ppn=ppn,
+        timeout=timeout,
+    )
+    plan = launch.plan(cluster, options, job_id, launch.derive_network(cluster))
+    record = jobs.create(cluster, plan, extra={"kind": "bench"})
+    result = launch.execute(
+        cluster, plan, on_output=on_output, timeout=timeout, record=record, head=head
+    )
+    report.job_id = job_id
+    report.points, report.hosts = parse_points(record.output_path.read_text(errors="replace"))
+    if result.exit_code != 0 or not report.points:
+        raise CheckFailed(
+            f"allreduce sweep failed (exit {result.exit_code}); see `mpictl jobs logs {job_id}`"
+        )
+    bad = [p.bytes for p in report.points if not p.ok]
+    if bad:
+        raise CheckFailed(f"allreduce returned wrong sums at sizes {bad} (job {job_id})")
+    try:
+        report.link_gbps, report.link_pair = measure_link(cluster, head)
+    except JobError as exc:
+        report.link_error = str(exc)
+    return report
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:g} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def plot(report: BenchReport, path: Path) -> Path:
+    """PNG of busbw and algbw vs message size, with the iperf3 link limit as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [p.bytes for p in report.points]
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    ax.plot(sizes, [p.busbw_gbps for p in report.points], marker="o", label="busbw")
+    ax.plot(sizes, [p.algbw_gbps for p in report.points], marker=".", ls="--", label="algbw")
+    if report.link_gbps:
+        ax.axhline(report.link_gbps, color="red", ls=":", label="TCP link (iperf3)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("GB/s")
+    ranks = report.points[0].ranks if report.points else 0
+    ax.set_title(f"MPI_Allreduce, {ranks} ranks on {', '.join(report.hosts)}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
+def table_rows(report: BenchReport) -> list[Sequence[str]]:
+    return [
+        (
+            human_bytes(p.bytes),
+            f"{p.latency_us:,.1f}",
+            f"{p.algbw_gbps:.3f}",
+            f"{p.busbw_gbps:.3f}",
+        )
+        for p in report.points
+    ]
+
+
+def summary(report: BenchReport) -> str:
+    at = report.at(REPORT_BYTES) or report.peak
+    parts = []
+    if at is not None:
+        parts.append(f"busbw at {human_bytes(at.bytes)}: {at.busbw_gbps:.3f} GB/s")
+    if report.link_gbps:
+        a, b = report.link_pair or ("?", "?")
+        parts.append(
+            f"TCP link {a}->{b} (iperf3): {report.link_gbps:.3f} GB/s "
+            f"({report.link_gbps * 8:.2f} Gbit/s)"
+        )
+        ratio = report.ratio(at)
+        if ratio is not None:
+            parts.append(f"ratio busbw/link: {ratio:.2f}")
+    elif report.link_error:
+        parts.append(f"link limit unknown: {report.link_error}")
+    return "; ".join(parts)

@@ -1,0 +1,465 @@
+"""``mpictl doctor``: preflight checks of a provisioned cluster, each naming the node and the fix.
+
+1. The controller logs in to the head as the MPI user (cluster key, pinned host key).
+2. From the head, as the MPI user, it runs a probe on every node over SSH with ``BatchMode=yes``
+   and ``StrictHostKeyChecking=yes`` (exactly how mpirun starts remote daemons). The probe reports,
+   as one JSON object: PATH and LD_LIBRARY_PATH of that non-interactive session, where mpirun and
+   prted are, the versions of OpenMPI, mpi4py, Horovod, NCCL, the build-fingerprint markers under
+   /opt, the IPv4 networks, TCP reachability of every other node's SSH port, cores, GPUs, the
+   hostfile and the job side's tools.
+3. :func:`evaluate` (pure, unit-tested) turns the probes into checks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mpictl import remote
+from mpictl.errors import JobError
+from mpictl.inventory import Cluster
+
+PROVISION = "run `mpictl provision -i {inv}`"
+
+
+@dataclass(frozen=True)
+class Check:
+    check: str
+    node: str  # a node name, or "all"
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    @property
+    def result(self) -> str:
+        return "ok" if self.ok else "FAIL"
+
+
+@dataclass
+class DoctorReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checks": [{**asdict(c), "result": c.result} for c in self.checks]}
+
+
+PROBE = r"""
+import glob, json, os, re, shutil, socket, subprocess, sys
+targets = json.loads(sys.argv[1])
+def run(cmd, timeout=60):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout.strip(), p.stderr.strip()
+    except Exception as exc:
+        return 127, "", str(exc)
+out = {"hostname": socket.gethostname(), "path": os.environ.get("PATH", ""),
+       "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""), "versions": {}}
+v = out["versions"]
+mpirun = shutil.which("mpirun")
+out["mpirun"], out["prted"] = mpirun, shutil.which("prted")
+if mpirun:
+    rc, so, se = run([mpirun, "--version"])
+    v["openmpi"] = so.splitlines()[0] if rc == 0 and so else "error: " + (se or so)[-200:]
+    out["openmpi_prefix"] = os.path.dirname(os.path.dirname(os.path.realpath(mpirun)))
+markers = {}
+for depth in range(1, 5):
+    for path in glob.glob("/opt" + "/*" * depth + "/.mpictl*"):
+        if os.path.isfile(path):
+            try:
+                markers[path] = open(path).read().strip()[:200]
+            except OSError as exc:
+                markers[path] = "unreadable: %s" % exc
+out["markers"] = markers
+py = "/opt/mpictl/venv/bin/python"
+out["venv"] = os.path.exists(py)
+if out["venv"]:
+    src = (
+        "import json\nv={}\n"
+        "for m in ('mpi4py','horovod','torch'):\n"
+        "    try:\n        v[m]=getattr(__import__(m),'__version__','?')\n"
+        "    except Exception:\n        v[m]=None\n"
+        "try:\n    from mpi4py import MPI\n"
+        "    v['mpi4py_library']=MPI.Get_library_version().splitlines()[0].strip()\n"
+        "except Exception as e:\n    v['mpi4py_library']='error: %s' % e\n"
+        "print(json.dumps(v))\n")
+    rc, so, se = run([py, "-c", src])
+    try:
+        v.update(json.loads(so.splitlines()[-1]))
+    except Exception:
+        v["mpi4py"] = "error: " + (se or so)[-200:]
+rc, so, _ = run(["/sbin/ldconfig", "-p"])
+for line in so.splitlines():
+    if "libnccl.so" in line and "=>" in line:
+        real = os.path.realpath(line.split("=>")[-1].strip())
+        m = re.search(r"libnccl\.so\.([\d.]+)$", real)
+        v["nccl"] = m.group(1) if m else real
+        break
+try:
+    out["cores"] = len(os.sched_getaffinity(0))
+except Exception:
+    out["cores"] = os.cpu_count()
+gpus = 0
+if shutil.which("nvidia-smi"):
+    rc, so, _ = run(["nvidia-smi", "-L"])
+    gpus = sum(1 for l in so.splitlines() if l.startswith("GPU ")) if rc == 0 else 0
+else:
+    gpus = len(glob.glob("/dev/nvidia[0-9]*"))
+out["gpus"] = gpus
+nets = []
+rc, so, _ = run(["ip", "-o", "-4", "addr", "show"])
+for line in so.splitlines():
+    parts = line.split()
+    if len(parts) >= 4 and parts[2] == "inet":
+        nets.append([parts[1], parts[3]])
+out["ipv4"] = nets
+reach = {}
+for name, addr in targets.items():
+    try:
+        ip = socket.gethostbyname(addr)
+    except OSError as exc:
+        reach[name] = {"ip": None, "tcp": False, "error": "cannot resolve %s: %s" % (addr, exc)}
+        continue
+    try:
+        socket.create_connection((ip, 22), timeout=3).close()
+        reach[name] = {"ip": ip, "tcp": True, "error": ""}
+    except OSError as exc:
+        reach[name] = {"ip": ip, "tcp": False, "error": "%s:22: %s" % (ip, exc)}
+out["reach"] = reach
+try:
+    out["hostfile"] = open("/etc/mpictl/hostfile").read()
+except OSError as exc:
+    out["hostfile"] = None
+out["tools"] = {p: os.path.exists(p) for p in sys.argv[2:]}
+print(json.dumps(out))
+"""
+
+TOOLS = [
+    remote.TORCH_ENV,
+    f"{remote.TOOLS_DIR}/smoke_mpi.py",
+    f"{remote.TOOLS_DIR}/smoke_horovod.py",
+    f"{remote.TOOLS_DIR}/bench_allreduce.py",
+]
+VERSION_KEYS = ("openmpi", "mpi4py", "mpi4py_library", "horovod", "torch", "nccl")
+
+
+def collect(cluster: Cluster, head: remote.HeadSSH) -> dict[str, remote.NodeOutput]:
+    """Run the probe on every node, from the head as the MPI user (node name -> output)."""
+    import json
+    import shlex
+
+    targets = {n.name: n.address for n in cluster.nodes}
+    cmd = "python3 - " + " ".join(shlex.quote(a) for a in [json.dumps(targets), *TOOLS])
+    by_address = remote.run_on_nodes(
+        head, [n.address for n in cluster.nodes], cmd, PROBE, timeout=180, connect_timeout=8
+    )
+    return {n.name: by_address[n.address] for n in cluster.nodes if n.address in by_address}
+
+
+def parse_hostfile(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        slots = 1
+        for p in parts[1:]:
+            if p.startswith("slots="):
+                try:
+                    slots = int(p.split("=", 1)[1])
+                except ValueError:
+                    slots = 0
+        out[parts[0]] = slots
+    return out
+
+
+def _differs(label: str, values: Mapping[str, Any], fix: str) -> list[Check]:
+    """One check: every node holds the same value (absent everywhere is fine)."""
+    present = {n: v for n, v in values.items() if v is not None}
+    if not present:
+        return [Check(label, "all", True, "not installed on any node")]
+    counts = Counter(str(v) for v in present.values())
+    majority, _ = counts.most_common(1)[0]
+    odd = [n for n, v in values.items() if v is None or str(v) != majority]
+    if not odd:
+        return [Check(label, "all", True, majority)]
+    out = []
+    for n in odd:
+        have = "missing" if values[n] is None else str(values[n])
+        out.append(Check(label, n, False, f"{have}; other nodes: {majority}", fix))
+    return out
+
+
+def evaluate(
+    cluster: Cluster,
+    probes: Mapping[str, remote.NodeOutput],
+    inventory_slots: Mapping[str, int] | None = None,
+) -> DoctorReport:
+    """Checks from the probe outputs (node name -> output of the PROBE program)."""
+    import json
+
+    inv = str(cluster.source)
+    provision = PROVISION.format(inv=inv)
+    head = cluster.head.name
+    report = DoctorReport()
+    add = report.checks.append
+    data: dict[str, dict[str, Any]] = {}
+
+    # SSH head -> node
+    for node in cluster.nodes:
+        out = probes.get(node.name)
+        if out is None or out.rc == 255:
+            why = out.error if out is not None else "no answer"
+            add(
+                Check(
+                    "ssh from head",
+                    node.name,
+                    False,
+                    f"ssh {node.address} from {head} (BatchMode, strict host keys): {why}",
+                    f"start the node; {provision} (ssh_mesh: cluster key, pinned host keys)",
+                )
+            )
+            continue
+        parsed = None
+        for line in reversed(out.stdout.splitlines()):
+            try:
+                parsed = json.loads(line)
+                break
+            except ValueError:
+                continue
+        if not isinstance(parsed, dict):
+            add(
+                Check(
+                    "ssh from head",
+                    node.name,
+                    False,
+                    f"logged in, but the probe failed: {out.error}",
+                    "check that python3 is installed on the node",
+                )
+            )
+            continue
+        add(Check("ssh from head", node.name, True, f"{head} -> {node.address} as MPI user"))
+        data[node.name] = parsed
+
+    # PATH / LD_LIBRARY_PATH of a non-interactive session
+    env_fix = f"{provision} (mpi_environment writes PATH/LD_LIBRARY_PATH to /etc/environment)"
+    for name, d in data.items():
+        problems = []
+        if not d.get("mpirun"):
+            problems.append("mpirun not in PATH")
+        if not d.get("prted"):
+            problems.append("prted not in PATH")
+        prefix = d.get("openmpi_prefix")
+        if prefix:
+            if f"{prefix}/bin" not in d.get("path", "").split(":"):
+                problems.append(f"PATH lacks {prefix}/bin")
+            if f"{prefix}/lib" not in d.get("ld_library_path", "").split(":"):
+                problems.append(f"LD_LIBRARY_PATH lacks {prefix}/lib")
+        detail = "; ".join(problems) or f"PATH={d.get('path')} LD_LIBRARY_PATH=" + str(
+            d.get("ld_library_path") or ""
+        )
+        add(Check("non-interactive env", name, not problems, detail, env_fix if problems else ""))
+
+    # identical versions and build fingerprints
+    if data:
+        vfix = f"{provision} (build-once reinstalls the cached build where the marker differs)"
+        for key in VERSION_KEYS:
+            values = {n: d.get("versions", {}).get(key) for n, d in data.items()}
+            report.checks += _differs(f"{key} version", values, vfix)
+        marker_paths = sorted({p for d in data.values() for p in d.get("markers", {})})
+        for path in marker_paths:
+            values = {n: d.get("markers", {}).get(path) for n, d in data.items()}
+            report.checks += _differs(f"fingerprint {path}", values, vfix)
+        if not marker_paths:
+            add(Check("fingerprints", "all", False, "no build markers under /opt", vfix))
+        tools = sorted({p for d in data.values() for p in d.get("tools", {})})
+        missing = {n: [p for p in tools if not d.get("tools", {}).get(p)] for n, d in data.items()}
+        for n, paths_missing in missing.items():
+            if paths_missing:
+                add(
+                    Check(
+                        "job tools",
+                        n,
+                        False,
+                        "missing: " + ", ".join(paths_missing),
+                        f"{provision} (mpi_jobs role)",
+                    )
+                )
+        if not any(missing.values()):
+            add(Check("job tools", "all", True, "torch wrapper, smoke and bench programs"))
+
+    report.checks += _network_checks(cluster, data, provision)
+    report.checks += _slot_checks(cluster, data, provision, inventory_slots)
+    return report
+
+
+def _network_checks(
+    cluster: Cluster, data: Mapping[str, Mapping[str, Any]], provision: str
+) -> list[Check]:
+    out: list[Check] = []
+    if not data:
+        return out
+    nets: dict[str, dict[ipaddress.IPv4Network, str]] = {}
+    for name, d in data.items():
+        nets[name] = {}
+        for iface, cidr in d.get("ipv4", []):
+            try:
+                net = ipaddress.IPv4Interface(cidr).network
+            except ValueError:
+                continue
+            if not net.network_address.is_loopback:
+                nets[name][net] = iface
+    common = set.intersection(*(set(v) for v in nets.values())) if nets else set()
+    head_nets = nets.get(cluster.head.name) or next(iter(nets.values()))
+    if common:
+        best = sorted(common, key=str)[0]
+        ifaces = sorted({nets[n][best] for n in nets})
+        out.append(Check("common network", "all", True, f"{best} via {', '.join(ifaces)}"))
+    else:
+        for name, mine in nets.items():
+            if not set(mine) & set(head_nets):
+                out.append(
+                    Check(
+                        "common network",
+                        name,
+                        False,
+                        f"no IPv4 subnet shared with the head ({', '.join(map(str, mine)) or '-'})",
+                        "put every node on one subnet, or set mpi_network_interface per host",
+                    )
+                )
+        if not out:
+            out.append(
+                Check(
+                    "common network",
+                    "all",
+                    False,
+                    "no IPv4 subnet shared by all nodes",
+                    "put every node on one subnet, or set mpi_network_interface per host",
+                )
+            )
+    # TCP reachability: every node reaches every other node's SSH port by its mpi_address.
+    bad: list[Check] = []
+    for name, d in data.items():
+        for target, r in (d.get("reach") or {}).items():
+            if target != name and not r.get("tcp"):
+                bad.append(
+                    Check(
+                        "tcp reachability",
+                        name,
+                        False,
+                        f"-> {target}: {r.get('error')}",
+                        f"check routing/firewall between {name} and {target}; mpi_address must "
+                        "resolve on every node",
+                    )
+                )
+    out += bad or [
+        Check("tcp reachability", "all", True, "every node reaches every other (22/tcp)")
+    ]
+    return out
+
+
+def _slot_checks(
+    cluster: Cluster,
+    data: Mapping[str, Mapping[str, Any]],
+    provision: str,
+    inventory_slots: Mapping[str, int] | None,
+) -> list[Check]:
+    out: list[Check] = []
+    head = data.get(cluster.head.name)
+    if head is None:
+        return out
+    if head.get("hostfile") is None:
+        return [
+            Check(
+                "hostfile",
+                cluster.head.name,
+                False,
+                f"{remote.HOSTFILE} missing",
+                f"{provision} (hostfile role)",
+            )
+        ]
+    hostfile = parse_hostfile(head["hostfile"])
+    want = inventory_slots
+    if want is None:
+        try:
+            want = {n.name: s for n, s in cluster.require_slots()}
+        except Exception:  # noqa: BLE001 - slots unknown: compare with the hostfile only
+            want = {}
+    for node in cluster.nodes:
+        slots = hostfile.get(node.address)
+        if slots is None:
+            out.append(
+                Check(
+                    "hostfile",
+                    node.name,
+                    False,
+                    f"{node.address} not in {remote.HOSTFILE}",
+                    f"{provision} (hostfile role)",
+                )
+            )
+            continue
+        problems = []
+        if node.name in want and want[node.name] != slots:
+            problems.append(f"hostfile slots={slots}, inventory says {want[node.name]}")
+        d = data.get(node.name)
+        if d is not None:
+            gpus, cores = int(d.get("gpus") or 0), int(d.get("cores") or 0)
+            if gpus and slots > gpus:
+                problems.append(f"slots={slots} > {gpus} GPUs (ranks would share GPUs)")
+            if cores and slots > cores:
+                problems.append(f"slots={slots} > {cores} cores (oversubscribed)")
+            res = f"slots={slots}, {gpus} GPUs, {cores} cores"
+        else:
+            res = f"slots={slots}"
+        out.append(
+            Check(
+                "slots",
+                node.name,
+                not problems,
+                "; ".join(problems) or res,
+                "set mpi_slots in the inventory, then " + provision if problems else "",
+            )
+        )
+    for name, d in data.items():
+        if name != cluster.head.name and d.get("hostfile") != head.get("hostfile"):
+            out.append(
+                Check(
+                    "hostfile",
+                    name,
+                    False,
+                    f"differs from the head's {remote.HOSTFILE}",
+                    f"{provision} (hostfile role)",
+                )
+            )
+    return out
+
+
+def run_doctor(cluster: Cluster) -> DoctorReport:
+    """Log in to the head, probe every node from there, and evaluate."""
+    try:
+        head = remote.HeadSSH.for_cluster(cluster)
+        head.check_reachable()
+    except JobError as exc:
+        return DoctorReport(
+            [
+                Check(
+                    "ssh to head",
+                    cluster.head.name,
+                    False,
+                    str(exc),
+                    PROVISION.format(inv=cluster.source),
+                )
+            ]
+        )
+    return evaluate(cluster, collect(cluster, head))
