@@ -1,0 +1,187 @@
+"""OpenMPI built once and distributed, mpi4py against it (issue 4), on the 3-node sandbox.
+
+The session's artifact cache is persistent: when it already holds this OpenMPI build, the first
+provision must compile nothing; on an empty cache (fresh clone, CI) it must compile exactly once.
+Either way the count is asserted from the run's events, never assumed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpictl import paths, runner
+from tests.integration.conftest import describe_failures, provision_run
+from tests.integration.nodes import load, ssh, ssh_mpi
+
+COMPILE_TASK = "Compile OpenMPI on the builder node"
+CONFIGURE_TASK = "Configure OpenMPI on the builder node"
+BUILD_INCLUDE = "Build openmpi on the builder node"
+UNPACK_TASK = "Unpack the OpenMPI install tree from the artifact"
+OUR_ROLES = ("roles/openmpi/", "roles/mpi4py/", "roles/build_once/")
+
+MPI4PY_SCRIPT = (
+    "import socket; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+    "n = c.gather(socket.gethostname()); "
+    "print('size', c.Get_size(), 'hosts', ','.join(sorted(set(n))) if n else '') "
+    "if c.Get_rank() == 0 else None"
+)
+
+
+def runs_of(
+    result: runner.RunResult, task: str, statuses: Sequence[str] = ("ok", "changed")
+) -> list[str]:
+    """Hosts on which ``task`` ran (not skipped) in ``result``."""
+    return sorted(r.host for r in result.task_results(task) if r.status in statuses)
+
+
+def our_changed_tasks(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``host: task`` of every changed result of the openmpi/mpi4py/build_once roles."""
+    out = []
+    for event in events:
+        if event.get("event") != "runner_on_ok":
+            continue
+        data = event.get("event_data", {})
+        res = data.get("res") or {}
+        if res.get("changed") and any(r in str(data.get("task_path", "")) for r in OUR_ROLES):
+            out.append(f"{data.get('host')}: {data.get('task')}")
+    return out
+
+
+def run_started(result: runner.RunResult) -> float:
+    """Wall-clock start of a run, from its first event."""
+    first = min(e["created"] for e in result.events if e.get("created"))
+    return datetime.fromisoformat(first).replace(tzinfo=timezone.utc).timestamp()
+
+
+@pytest.fixture(scope="module")
+def cluster(inventory: Path) -> Any:
+    return load(inventory)
+
+
+def test_fresh_provision_compiles_at_most_once_and_only_on_a_cold_cache(
+    first_provision: runner.RunResult, cluster: Any
+) -> None:
+    compiled_on = runs_of(first_provision, COMPILE_TASK)
+    configured_on = runs_of(first_provision, CONFIGURE_TASK)
+    # The build include ran on at most one host and was skipped on the others.
+    included = [
+        r.host for r in first_provision.task_results(BUILD_INCLUDE) if r.status != "skipped"
+    ]
+    assert len(compiled_on) <= 1 and compiled_on == configured_on
+    marker = ssh(cluster.nodes[0], "cat /opt/openmpi/5.0.7/.mpictl-fingerprint").stdout.strip()
+    cached = paths.cache_dir() / "artifacts" / "openmpi" / f"{marker}.tar.gz.sha256"
+    assert cached.is_file(), f"no OpenMPI artifact {cached} in the controller cache"
+    if cached.stat().st_mtime >= run_started(first_provision):
+        # The cache was cold for this build: exactly one compile, on one builder node.
+        assert len(compiled_on) == 1, f"compiles: {compiled_on}"
+        assert len(included) <= 1
+    else:
+        # The cache already held it: nothing compiled anywhere.
+        assert compiled_on == [], f"compiled although cached: {compiled_on}"
+    # Every node installed from the artifact (the builder included).
+    assert runs_of(first_provision, UNPACK_TASK) == ["node1", "node2", "node3"] or (
+        first_provision.task_results(UNPACK_TASK) == []
+    )
+
+
+def test_every_node_has_the_same_openmpi_and_marker(
+    first_provision: runner.RunResult, cluster: Any
+) -> None:
+    versions, markers = set(), set()
+    for node in cluster.nodes:
+        proc = ssh(node, "/opt/openmpi/5.0.7/bin/mpirun --version | head -n1")
+        assert proc.returncode == 0, proc.stderr
+        versions.add(proc.stdout.strip())
+        proc = ssh(node, "cat /opt/openmpi/5.0.7/.mpictl-fingerprint")
+        assert proc.returncode == 0, proc.stderr
+        markers.add(proc.stdout.strip())
+    assert versions == {"mpirun (Open MPI) 5.0.7"}
+    assert len(markers) == 1 and len(markers.pop()) == 64
+
+
+def test_mpirun_as_mpi_user_reaches_all_three_nodes(
+    first_provision: runner.RunResult, cluster: Any
+) -> None:
+    head = cluster.nodes[0]
+    # --map-by node: one rank per node (each sandbox node has 2 slots, so by-slot mapping would
+    # put two ranks on the head).
+    proc = ssh_mpi(head, "mpirun --hostfile /etc/mpictl/hostfile --map-by node -np 3 hostname")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.split()) == ["node1", "node2", "node3"]
+
+
+def test_mpi4py_job_has_size_three_on_three_hosts(
+    first_provision: runner.RunResult, cluster: Any
+) -> None:
+    head = cluster.nodes[0]
+    cmd = (
+        "mpirun --hostfile /etc/mpictl/hostfile --map-by node -np 3 "
+        f"python -c {shlex.quote(MPI4PY_SCRIPT)}"
+    )
+    proc = ssh_mpi(head, cmd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["size", "3", "hosts", "node1,node2,node3"]
+
+
+def test_mpi4py_names_this_openmpi_on_every_node(
+    first_provision: runner.RunResult, cluster: Any
+) -> None:
+    code = (
+        "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+        "print(MPI.Get_library_version().splitlines()[0])"
+    )
+    for node in cluster.nodes:
+        proc = ssh_mpi(node, f"python -c {shlex.quote(code)}")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("Open MPI v5.0.7"), proc.stdout
+
+
+def test_second_provision_changes_nothing_in_these_roles(
+    second_provision: runner.RunResult,
+) -> None:
+    assert our_changed_tasks(second_provision.events) == []
+    assert runs_of(second_provision, COMPILE_TASK) == []
+
+
+def test_deleted_prefix_is_restored_from_the_cache_without_compiling(
+    second_provision: runner.RunResult,
+    inventory: Path,
+    cluster: Any,
+    source_vars: dict[str, Any],
+) -> None:
+    node2 = next(n for n in cluster.nodes if n.name == "node2")
+    assert ssh(node2, "rm -rf /opt/openmpi/5.0.7").returncode == 0
+    result = provision_run(inventory, source_vars)
+    assert result.ok, describe_failures(result)
+    assert runs_of(result, COMPILE_TASK) == []
+    assert runs_of(result, UNPACK_TASK) == ["node2"]
+    proc = ssh(node2, "/opt/openmpi/5.0.7/bin/mpirun --version | head -n1")
+    assert proc.stdout.strip() == "mpirun (Open MPI) 5.0.7", proc.stderr
+
+
+def test_corrupt_checksum_fails_before_configure_and_installs_nothing(
+    second_provision: runner.RunResult,
+    inventory: Path,
+    cluster: Any,
+    source_vars: dict[str, Any],
+) -> None:
+    prefix = "/opt/openmpi/corrupt-checksum-test"
+    bad = {**source_vars, "openmpi_source_sha256": "0" * 64, "openmpi_prefix": prefix}
+    result = provision_run(inventory, bad)
+    assert not result.ok
+    failed = [r for r in result.task_results() if r.status == "failed" and not r.ignore_errors]
+    assert failed and all("sha256" in str(r.result.get("msg", "")) for r in failed), [
+        (r.host, r.task, r.result.get("msg")) for r in failed
+    ]
+    assert runs_of(result, CONFIGURE_TASK) == [] and runs_of(result, COMPILE_TASK) == []
+    # Nothing changed on any node, and the new prefix exists nowhere.
+    changed = [r for r in result.task_results() if r.status == "changed" and r.host != "localhost"]
+    assert changed == [], [(r.host, r.task) for r in changed]
+    for node in cluster.nodes:
+        assert ssh(node, f"test ! -e {prefix}").returncode == 0, node.name
