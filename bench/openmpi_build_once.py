@@ -1,0 +1,140 @@
+"""Benchmark: build once and distribute OpenMPI on a fresh 3-node sandbox (issue 4).
+
+python bench/openmpi_build_once.py [--playbook site.yml] [--keep]
+
+1. Brings up a fresh 3-node sandbox of its own (default name ``bench-openmpi``) with a COLD
+   artifact cache (a temporary MPICTL_CACHE_DIR; the sources come from the shared cache through
+   scripts/fetch-test-sources.sh), so OpenMPI must compile.
+2. Provisions it: ratio = wall time of the whole provision / one OpenMPI build on one node in the
+   same run (from the events: start of "Copy the OpenMPI source to the builder node" to the end of
+   "Pack the OpenMPI install tree into the artifact"). Target <= 1.25; compiling on every node
+   would be ~3 on this 2-core machine.
+3. Provisions again with nothing changed: wall time (target <= 30 s) and changed count.
+
+Prints a summary and writes JSON to bench/out/openmpi_build_once.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BUILD_FIRST = "Copy the OpenMPI source to the builder node"
+BUILD_LAST = "Pack the OpenMPI install tree into the artifact"
+COMPILE = "Compile OpenMPI on the builder node"
+
+
+def clone_inventory(dst: Path, name: str, subnet: str, port_base: int) -> Path:
+    import yaml
+
+    shutil.copytree(ROOT / "inventories" / "sandbox", dst)
+    group_vars = dst / "group_vars" / "all.yml"
+    text = group_vars.read_text()
+    text = re.sub(r"(?m)^sandbox_name:.*$", f"sandbox_name: {name}", text)
+    text = re.sub(r"(?m)^sandbox_subnet:.*$", f"sandbox_subnet: {subnet}", text)
+    group_vars.write_text(text)
+    hosts_file = dst / "hosts.yml"
+    data = yaml.safe_load(hosts_file.read_text())
+    prefix = subnet.rsplit(".", 1)[0]
+    for index, host in enumerate(data["all"]["children"]["mpi_nodes"]["hosts"]):
+        data["all"]["children"]["mpi_nodes"]["hosts"][host]["ansible_port"] = port_base + index
+        data["all"]["children"]["mpi_nodes"]["hosts"][host]["sandbox_ip"] = f"{prefix}.{11 + index}"
+    hosts_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dst
+
+
+def event_time(event: dict[str, Any], key: str) -> float | None:
+    value = event.get("event_data", {}).get(key)
+    return datetime.fromisoformat(value).timestamp() if value else None
+
+
+def build_span(events: list[dict[str, Any]]) -> tuple[float, list[str]]:
+    """Seconds from the start of the builder's first build task to the end of its last one."""
+    start = end = None
+    compiled_on: list[str] = []
+    for event in events:
+        if event.get("event") != "runner_on_ok":
+            continue
+        task = str(event.get("event_data", {}).get("task", ""))
+        if task.endswith(BUILD_FIRST):
+            start = event_time(event, "start")
+        elif task.endswith(BUILD_LAST):
+            end = event_time(event, "end")
+        elif task.endswith(COMPILE):
+            compiled_on.append(str(event["event_data"].get("host")))
+    if start is None or end is None:
+        raise SystemExit("no OpenMPI build in this run (was the cache really cold?)")
+    return end - start, compiled_on
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--playbook", default="site.yml")
+    parser.add_argument("--name", default="bench-openmpi")
+    parser.add_argument("--subnet", default="10.89.45.0/24")
+    parser.add_argument("--port-base", type=int, default=2251)
+    parser.add_argument("--keep", action="store_true", help="leave the sandbox up")
+    args = parser.parse_args()
+
+    shared_cache = os.environ.get("MPICTL_CACHE_DIR") or str(ROOT / ".mpictl" / "cache")
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "fetch-test-sources.sh"), f"{shared_cache}/sources"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    import yaml
+
+    source_vars = yaml.safe_load(Path(out.stdout.strip().splitlines()[-1]).read_text())
+
+    work = Path(tempfile.mkdtemp(prefix="mpictl-bench-openmpi-"))
+    os.environ["MPICTL_STATE_DIR"] = str(work / "state")
+    os.environ["MPICTL_CACHE_DIR"] = str(work / "cold-cache")
+    from mpictl import provision, sandbox
+
+    inv = clone_inventory(work / "inventory", args.name, args.subnet, args.port_base)
+    sandbox.down(inv)
+    sandbox.up(inv)
+    try:
+        _, fresh = provision.provision(inv, playbook=args.playbook, extravars=source_vars)
+        if not fresh.ok:
+            raise SystemExit(f"fresh provision failed: rc={fresh.rc} {fresh.private_data_dir}")
+        build_s, compiled_on = build_span(fresh.events)
+        _, again = provision.provision(inv, playbook=args.playbook, extravars=source_vars)
+        if not again.ok:
+            raise SystemExit(f"second provision failed: rc={again.rc} {again.private_data_dir}")
+    finally:
+        if not args.keep:
+            sandbox.down(inv)
+    result = {
+        "playbook": args.playbook,
+        "fresh_provision_s": round(fresh.duration_s, 1),
+        "openmpi_build_on_one_node_s": round(build_s, 1),
+        "ratio": round(fresh.duration_s / build_s, 3),
+        "compiled_on": compiled_on,
+        "noop_rerun_s": round(again.duration_s, 1),
+        "noop_rerun_changed": sum(s.changed for s in again.stats.values()),
+    }
+    out_dir = ROOT / "bench" / "out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "openmpi_build_once.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print(f"ratio target <= 1.25: {'met' if result['ratio'] <= 1.25 else 'NOT met'}")
+    print(f"no-change re-run target <= 30 s: {'met' if again.duration_s <= 30 else 'NOT met'}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
