@@ -744,19 +744,25 @@ def plan(
     runtime: Runtime,
     image: str,
     cuda: Path | None = None,
+    host_cuda: Path | None = None,
 ) -> list[tuple[SandboxNode, str, list[str]]]:
     """What ``up`` does to each node: ``unchanged``, ``started``, ``created`` or ``recreated``.
 
     A node whose container exists with the same configuration label is left alone (started when
-    stopped); one whose configuration differs (ports, addresses, nodes, --cuda) is recreated.
+    stopped); one whose configuration differs (ports, addresses, nodes) is recreated, and so is
+    one without the CUDA mount when ``cuda`` asks for it. Without ``cuda``, a node that has the
+    mount of ``host_cuda`` keeps it: a plain ``up`` never takes CUDA away from running nodes.
     """
     steps = []
     for node in spec.nodes:
         run_args = node_run_args(spec, node, runtime, image, cuda)
+        accepted = {config_label(run_args)}
+        if cuda is None and host_cuda is not None:
+            accepted.add(config_label(node_run_args(spec, node, runtime, image, host_cuda)))
         entry = found.get(spec.container(node))
         if entry is None:
             action = "created"
-        elif (entry.get("Labels") or {}).get(LABEL_CONFIG) != config_label(run_args):
+        elif (entry.get("Labels") or {}).get(LABEL_CONFIG) not in accepted:
             action = "recreated"
         elif _state(entry) == "running":
             action = "unchanged"
@@ -776,7 +782,8 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
         cuda_path = CUDA_PATH
     runtime = choose_runtime()
     found = _containers(spec.name)
-    steps = plan(spec, found, runtime, image_tag(), cuda_path)
+    host_cuda = CUDA_PATH if CUDA_PATH.is_dir() else None
+    steps = plan(spec, found, runtime, image_tag(), cuda_path, host_cuda)
     if any(action in ("created", "recreated") for _, action, _ in steps):
         ensure_image()  # only when a container is to be made: running nodes keep their image
     _ensure_network(spec)
@@ -800,7 +807,10 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
         proc = _podman(run_args, runtime=runtime, check=False)
         if proc.returncode != 0:
             _podman(["rm", "-f", "-t", "0", container], runtime=runtime, check=False)
-            raise SandboxError(f"creating {container}: {_last_line(proc.stderr)}")
+            hint = ""
+            if runtime.name == "default" and "rlimit" in proc.stderr:
+                hint = " (this host needs MPICTL_SANDBOX_RUNTIME=runc: lowered ulimits)"
+            raise SandboxError(f"creating {container}: {_last_line(proc.stderr)}{hint}")
 
     found = _containers(spec.name)
     with ThreadPoolExecutor(max_workers=max(1, len(spec.nodes))) as pool:

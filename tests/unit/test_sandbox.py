@@ -282,6 +282,18 @@ def test_plan_actions() -> None:
     assert sandbox.plan(SPEC, found, runtime, "img")[0][1] == "recreated"
 
 
+def test_plain_up_keeps_cuda_and_cuda_up_adds_it(tmp_path: Path) -> None:
+    runtime = Runtime("runc")
+    node = SPEC.nodes[0]
+    with_cuda = sandbox.config_label(sandbox.node_run_args(SPEC, node, runtime, "img", tmp_path))
+    plain = sandbox.config_label(sandbox.node_run_args(SPEC, node, runtime, "img"))
+    found = {"unit-sbx-a": {"State": "running", "Labels": {"io.mpictl.config": with_cuda}}}
+    assert sandbox.plan(SPEC, found, runtime, "img", None, tmp_path)[0][1] == "unchanged"
+    found["unit-sbx-a"]["Labels"]["io.mpictl.config"] = plain
+    assert sandbox.plan(SPEC, found, runtime, "img", tmp_path, tmp_path)[0][1] == "recreated"
+    assert sandbox.plan(SPEC, found, runtime, "img", None, tmp_path)[0][1] == "unchanged"
+
+
 def test_known_hosts_lines() -> None:
     text = (
         "ssh-ed25519 AAAAC3Nza root@b\n"
