@@ -259,10 +259,12 @@ def plan(
     ranks = options.np if options.np is not None else capacity
     if ranks > capacity and not options.oversubscribe:
         where = ", ".join(n.name for n in nodes)
-        unit = f"{options.ppn} per node" if options.ppn else "slots"
+        if options.ppn:
+            room = f"--ppn {options.ppn} x {len(nodes)} host(s) = {capacity} ({where})"
+        else:
+            room = f"the {capacity} slots of {where}"
         raise UsageError(
-            f"-np {ranks} is more ranks than the {capacity} {unit} of {where}; "
-            "add --oversubscribe to allow it"
+            f"-np {ranks} is more ranks than {room}; add --oversubscribe to allow it"
         )
 
     mapping = f"ppr:{options.ppn}:node" if options.ppn else "slot"
@@ -326,12 +328,13 @@ command -v mpirun >/dev/null 2>&1 || {
   echo "mpictl: mpirun not found on $(hostname) in PATH=$PATH (run mpictl provision)" >&2
   exit 127
 }
-mpirun "${opts[@]}" "$@" </dev/null &
+exec 3>&2 2>/dev/null  # the shell's own job notices go nowhere; mpirun's stderr stays
+mpirun "${opts[@]}" "$@" </dev/null 2>&3 3>&- &
 job=$!
 ( cat >/dev/null 2>&1
   kill -TERM -- "-$job" 2>/dev/null || exit 0
   for _ in 1 2 3 4 5 6 7 8 9 10; do sleep 1; kill -0 -- "-$job" 2>/dev/null || exit 0; done
-  kill -KILL -- "-$job" 2>/dev/null ) &
+  kill -KILL -- "-$job" 2>/dev/null ) 3>&- &
 watcher=$!
 wait "$job"; rc=$?
 kill -- "-$watcher" 2>/dev/null

@@ -1,0 +1,288 @@
+"""Job records, smoke result parsing, bench math, doctor aggregation, the torch env wrapper."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mpictl import bench, doctor, jobs, launch, smoke
+from mpictl.errors import UsageError
+from mpictl.remote import NodeOutput, json_lines
+from tests.unit.jobside import three
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "mpictl" / "scripts"
+
+
+# ----------------------------------------------------------------------------- job records
+
+
+def test_job_record_lifecycle(isolated_state: Path) -> None:
+    c = three()
+    p = launch.plan(c, launch.LaunchOptions(command=["hostname"], np=3), "20260101-000000-abc123",
+                    None)
+    rec = jobs.create(c, p, user_command=["hostname"])
+    assert rec.directory == isolated_state / "jobs" / p.job_id
+    data = json.loads((rec.directory / "job.json").read_text())
+    assert data["status"] == "running" and data["ranks"] == 3 and data["command"] == ["hostname"]
+    assert data["mpirun"].startswith("mpirun --hostfile /etc/mpictl/hostfile -np 3")
+    assert [h["host"] for h in data["hosts"]] == ["node1", "node2", "node3"]
+    rec.output_path.write_text("[1,0]<stdout>: node1\n")
+    jobs.finish(rec, exit_code=1, status="failed")
+    again = jobs.load("20260101-000000")  # a unique prefix is enough
+    assert again.exit_code == 1 and again.status == "failed" and again.end is not None
+    assert again.duration_s is not None and again.duration_s >= 0
+    assert jobs.output(p.job_id) == "[1,0]<stdout>: node1\n"
+    assert [r.id for r in jobs.list_jobs()] == [p.job_id]
+
+
+def test_unknown_or_ambiguous_job_is_a_usage_error() -> None:
+    c = three()
+    for jid in ("20260101-000000-aaaaaa", "20260101-000000-bbbbbb"):
+        jobs.create(c, launch.plan(c, launch.LaunchOptions(command=["x"]), jid, None))
+    with pytest.raises(UsageError, match="unknown job"):
+        jobs.load("nope")
+    with pytest.raises(UsageError, match="ambiguous"):
+        jobs.load("20260101")
+    assert len(jobs.list_jobs()) == 2
+
+
+# ----------------------------------------------------------------------------- smoke parsing
+
+OUTPUT = """\
+[1,0]<stdout>: {"suite": "mpi", "event": "start", "ranks": 4, "rank_hosts": ["n1","n1","n2","n2"]}
+[1,0]<stdout>: {"suite": "mpi", "test": "broadcast", "ranks": 4, "hosts": ["n1", "n2"], "ok": true, "time_s": 0.002, "failures": []}
+[1,2]<stderr>: some warning
+[1,0]<stdout>: {"suite": "mpi", "test": "gather", "ranks": 4, "hosts": ["n1", "n2"], "ok": false, "time_s": 0.01, "failures": [{"rank": 3, "host": "n2", "error": "gathered array: element 1 is 0.0, want 2.0"}]}
+"""
+
+
+def test_parse_results_reads_json_lines_behind_tag_prefixes() -> None:
+    results = smoke.parse_results(OUTPUT, "mpi")
+    assert [r.test for r in results] == ["broadcast", "gather"]
+    ok, bad = results
+    assert ok.ok and ok.result == "pass" and ok.hosts == ["n1", "n2"] and ok.ranks == 4
+    assert not bad.ok and bad.result == "FAIL"
+    assert bad.message == "n2 (rank 3): gathered array: element 1 is 0.0, want 2.0"
+    assert smoke.parse_results(OUTPUT, "horovod") == []
+
+
+def test_missing_tests_fail_and_name_the_node_from_mpirun_output() -> None:
+    out = (
+        "--------\nprterun was unable to launch the specified application as it could not\n"
+        "access or execute an executable:\n\nExecutable: /opt/mpictl/venv/bin/python\n"
+        "Node: node3\n"
+    )
+    done = smoke.complete("mpi", smoke.MPI_TESTS, [], out, 1, ["node1", "node2", "node3"])
+    assert len(done) == len(smoke.MPI_TESTS)
+    assert all(not r.ok for r in done)
+    assert done[0].hosts == ["node3"]
+    assert "Node: node3" in done[0].message and "exit code 1" in done[0].message
+
+
+def test_report_ok_needs_a_test_and_no_failure() -> None:
+    assert not smoke.SmokeReport().ok
+    results = smoke.parse_results(OUTPUT, "mpi")
+    assert not smoke.SmokeReport(results=results).ok
+    assert smoke.SmokeReport(results=results[:1]).ok
+    assert not smoke.SmokeReport(results=results[:1], errors=["node2: down"]).ok
+    data = smoke.SmokeReport(results=results).to_json()
+    assert data["ok"] is False and data["results"][1]["result"] == "FAIL"
+
+
+def test_node_lines_match_whole_names_only() -> None:
+    text = "node10 ok\nssh: connect to host node1 port 22: Connection refused\n"
+    assert smoke.node_lines(text, ["node1"]) == [
+        "ssh: connect to host node1 port 22: Connection refused"
+    ]
+
+
+def test_json_lines_ignores_free_text() -> None:
+    assert json_lines('hello\n{"a": 1}\n[1,0]<stdout>: {"b": 2}\n{broken\n') == [{"a": 1}, {"b": 2}]
+
+
+# ----------------------------------------------------------------------------- bench math
+
+
+def test_busbw_follows_nccl_tests_definition() -> None:
+    assert bench.algbw(64 * 2**20, 0.5) == 2 * 64 * 2**20
+    # 2(n-1)/n: n=2 -> 1, n=4 -> 1.5, n=1 -> 0
+    assert bench.busbw(1000, 1.0, 2) == 1000
+    assert bench.busbw(1000, 1.0, 4) == 1500
+    assert bench.busbw(1000, 1.0, 1) == 0
+    assert bench.busbw(900, 1.0, 3) == pytest.approx(1200)
+    with pytest.raises(ValueError):
+        bench.busbw(1, 0, 2)
+
+
+def test_bench_points_report_and_ratio() -> None:
+    out = "\n".join(
+        "[1,0]<stdout>: "
+        + json.dumps({"bytes": b, "iters": 5, "time_s": b / 1e9, "ok": True, "ranks": 3,
+                      "hosts": ["node1", "node2", "node3"]})
+        for b in (8, 64 * 2**20)
+    )
+    points, hosts = bench.parse_points(out)
+    assert [p.bytes for p in points] == [8, 64 * 2**20] and hosts == ["node1", "node2", "node3"]
+    report = bench.BenchReport(points=points, hosts=hosts, link_gbps=2.0,
+                               link_pair=("node1", "node2"))
+    p64 = report.at(64 * 2**20)
+    assert p64 is not None
+    assert p64.algbw_gbps == pytest.approx(1.0)
+    assert p64.busbw_gbps == pytest.approx(4 / 3)
+    assert p64.latency_us == pytest.approx(64 * 2**20 / 1e3)
+    assert report.ratio(p64) == pytest.approx(2 / 3)
+    data = report.to_json()
+    assert data["busbw_64MiB_GBps"] == pytest.approx(4 / 3)
+    assert "busbw at 64 MiB: 1.333 GB/s" in bench.summary(report)
+    assert "ratio busbw/link: 0.67" in bench.summary(report)
+
+
+def test_parse_iperf() -> None:
+    text = json.dumps({"end": {"sum_received": {"bits_per_second": 8e9}}})
+    assert bench.parse_iperf(text) == pytest.approx(1.0)
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pts = [bench.Point(bytes=2**k, ranks=3, time_s=1e-5 * 2**k) for k in range(3, 10)]
+    out = bench.plot(bench.BenchReport(points=pts, hosts=["a", "b"], link_gbps=1.0),
+                     tmp_path / "p.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- doctor
+
+
+def probe(**over: object) -> dict:
+    base = {
+        "hostname": "n",
+        "path": "/opt/openmpi/5.0.7/bin:/usr/bin",
+        "ld_library_path": "/opt/openmpi/5.0.7/lib",
+        "mpirun": "/opt/openmpi/5.0.7/bin/mpirun",
+        "prted": "/opt/openmpi/5.0.7/bin/prted",
+        "openmpi_prefix": "/opt/openmpi/5.0.7",
+        "versions": {"openmpi": "mpirun (Open MPI) 5.0.7", "mpi4py": "3.1.6"},
+        "markers": {"/opt/openmpi/5.0.7/.mpictl-fingerprint": "abc"},
+        "cores": 2,
+        "gpus": 0,
+        "ipv4": [["lo", "127.0.0.1/8"], ["eth0", "10.0.0.11/24"]],
+        "reach": {"node1": {"tcp": True}, "node2": {"tcp": True}, "node3": {"tcp": True}},
+        "hostfile": "# managed\nnode1 slots=2\nnode2 slots=2\nnode3 slots=2\n",
+        "tools": {"/opt/mpictl/bin/mpictl-torch-env": True},
+    }
+    base.update(over)
+    return base
+
+
+def outputs(**per_node: dict | NodeOutput) -> dict[str, NodeOutput]:
+    out = {}
+    for name in ("node1", "node2", "node3"):
+        value = per_node.get(name, probe())
+        out[name] = value if isinstance(value, NodeOutput) else NodeOutput(
+            name, 0, json.dumps(value), "")
+    return out
+
+
+def test_doctor_all_good() -> None:
+    report = doctor.evaluate(three(), outputs())
+    assert report.ok, [c for c in report.checks if not c.ok]
+    names = {c.check for c in report.checks}
+    assert {"ssh from head", "non-interactive env", "openmpi version", "common network",
+            "tcp reachability", "slots"} <= names
+
+
+def test_doctor_names_each_broken_node_and_the_fix() -> None:
+    report = doctor.evaluate(
+        three(),
+        outputs(
+            node2=NodeOutput("node2", 255, "", "ssh: connect to host node2 port 22: No route"),
+            node3=probe(
+                path="/usr/bin",
+                versions={"openmpi": "mpirun (Open MPI) 5.0.6", "mpi4py": "3.1.6"},
+                markers={"/opt/openmpi/5.0.7/.mpictl-fingerprint": "zzz"},
+                ipv4=[["eth0", "10.9.0.13/24"]],
+                cores=1,
+            ),
+        ),
+    )
+    assert not report.ok
+    failed = {(c.check, c.node) for c in report.failed}
+    assert ("ssh from head", "node2") in failed
+    assert ("non-interactive env", "node3") in failed
+    assert ("openmpi version", "node3") in failed
+    assert ("fingerprint /opt/openmpi/5.0.7/.mpictl-fingerprint", "node3") in failed
+    assert ("common network", "node3") in failed
+    assert ("slots", "node3") in failed
+    assert all(c.fix for c in report.failed)
+    assert all(c.node in ("node2", "node3") for c in report.failed)
+    ssh = next(c for c in report.failed if c.node == "node2")
+    assert "No route" in ssh.detail and "mpictl provision" in ssh.fix
+
+
+def test_doctor_missing_component_on_one_node_and_unreachable_pairs() -> None:
+    p3 = probe(versions={"openmpi": "mpirun (Open MPI) 5.0.7"},
+               reach={"node1": {"tcp": False, "error": "10.0.0.11:22: refused"}})
+    report = doctor.evaluate(three(), outputs(node3=p3))
+    failed = {(c.check, c.node): c for c in report.failed}
+    assert "missing" in failed[("mpi4py version", "node3")].detail
+    assert "node1" in failed[("tcp reachability", "node3")].detail
+
+
+def test_doctor_slots_vs_gpus_and_hostfile() -> None:
+    p1 = probe(gpus=1, hostfile="node1 slots=2\nnode2 slots=2\n")
+    report = doctor.evaluate(three(), outputs(node1=p1))
+    failed = {(c.check, c.node) for c in report.failed}
+    assert ("slots", "node1") in failed  # 2 slots > 1 GPU
+    assert ("hostfile", "node3") in failed  # not listed on the head's hostfile
+
+
+def test_parse_hostfile() -> None:
+    assert doctor.parse_hostfile("# x\nnode1 slots=4\nnode2\n") == {"node1": 4, "node2": 1}
+
+
+# ----------------------------------------------------------------------------- torch wrapper
+
+
+def torch_env(env: dict[str, str], *cmd: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": os.environ["PATH"]}
+    return subprocess.run(
+        ["sh", str(SCRIPTS / "mpictl-torch-env"), *(cmd or ("env",))],
+        env={**base, **env}, capture_output=True, text=True, timeout=30,
+    )
+
+
+OMPI = {
+    "OMPI_COMM_WORLD_RANK": "5",
+    "OMPI_COMM_WORLD_SIZE": "6",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "3",
+    "MASTER_ADDR": "node1",
+}
+
+
+def env_of(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def test_torch_env_maps_openmpi_variables() -> None:
+    got = env_of(torch_env({**OMPI, "MPICTL_GPU_COUNT": "0"}))
+    assert got["RANK"] == "5" and got["WORLD_SIZE"] == "6"
+    assert got["LOCAL_RANK"] == "2" and got["LOCAL_WORLD_SIZE"] == "3"
+    assert got["MASTER_ADDR"] == "node1" and got["MASTER_PORT"] == "29500"
+    assert "CUDA_VISIBLE_DEVICES" not in got
+
+
+def test_torch_env_pins_gpus_round_robin_unless_set() -> None:
+    assert env_of(torch_env({**OMPI, "MPICTL_GPU_COUNT": "2"}))["CUDA_VISIBLE_DEVICES"] == "0"
+    assert env_of(torch_env({**OMPI, "MPICTL_GPU_COUNT": "4"}))["CUDA_VISIBLE_DEVICES"] == "2"
+    user = {**OMPI, "MPICTL_GPU_COUNT": "4", "CUDA_VISIBLE_DEVICES": "3"}
+    assert env_of(torch_env(user))["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_torch_env_refuses_outside_mpirun_and_keeps_the_exit_code() -> None:
+    proc = torch_env({})
+    assert proc.returncode == 2 and "OMPI_COMM_WORLD_RANK" in proc.stderr
+    assert torch_env({**OMPI, "MPICTL_GPU_COUNT": "0"}, "sh", "-c", "exit 7").returncode == 7
