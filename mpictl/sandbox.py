@@ -132,13 +132,14 @@ def read_sandbox(inventory: Path) -> SandboxSpec:
     if not inventory.exists():
         raise InventoryError(f"{inventory}: no such inventory file or directory")
     from ansible.errors import AnsibleError
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
 
+    # the same quiet loading (parse failures are errors, Ansible's warnings captured) as
+    # `mpictl.inventory`; raw variables here, since the sandbox needs only literal ones
+    from mpictl.inventory import _load_manager
+
+    loader, inv = _load_manager(inventory)
     try:
-        loader = DataLoader()
-        inv = InventoryManager(loader=loader, sources=[str(inventory)])
         variables = VariableManager(loader=loader, inventory=inv)
         group = inv.groups.get("mpi_nodes")
         hosts = group.get_hosts() if group is not None else []

@@ -78,6 +78,17 @@ def test_missing_inventory(tmp_path: Path) -> None:
         sandbox.read_sandbox(tmp_path / "nope")
 
 
+def test_unparsable_inventory_is_one_quiet_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    inv = write_inventory(tmp_path, hosts="all:\n  children: [unclosed\n")
+    with pytest.raises(InventoryError, match="cannot parse inventory") as info:
+        sandbox.read_sandbox(inv / "hosts.yml")
+    assert "\n" not in str(info.value)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+
+
 def test_inventory_without_mpi_nodes(tmp_path: Path) -> None:
     inv = write_inventory(tmp_path, hosts="all:\n  hosts:\n    x: {ansible_port: 2301}\n")
     with pytest.raises(InventoryError, match="mpi_nodes"):
