@@ -157,6 +157,9 @@ def spec_from_vars(
 ) -> SandboxSpec:
     """Validate the raw variables of the ``mpi_nodes`` hosts into a :class:`SandboxSpec`."""
     first = host_vars[hosts[0]]
+    for var in ("sandbox_name", "sandbox_subnet"):
+        if first.get(var) is None:
+            raise InventoryError(f"{inventory}: {var} is not set (not a sandbox inventory)")
     name = _literal(first.get("sandbox_name"), where=str(inventory), var="sandbox_name")
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise InventoryError(

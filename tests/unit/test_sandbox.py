@@ -98,6 +98,8 @@ def test_inventory_without_mpi_nodes(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("hosts_edit", "vars_edit", "message"),
     [
+        (None, ("sandbox_name: unit-sbx", "x: 1"), "sandbox_name is not set"),
+        (None, ("sandbox_subnet:", "x:"), "sandbox_subnet is not set"),
         (None, ("unit-sbx", "'{{ foo }}'"), "sandbox_name must be a literal"),
         (None, ("unit-sbx", "Bad Name"), "sandbox_name must be lower-case"),
         (None, ("10.90.0.0/24", "10.90.0.5/24"), "sandbox_subnet must be a network"),
