@@ -150,6 +150,7 @@ TOOLS = [
     f"{remote.TOOLS_DIR}/smoke_horovod.py",
     f"{remote.TOOLS_DIR}/bench_allreduce.py",
 ]
+REQUIRED = ("openmpi", "mpi4py", "mpi4py_library")
 VERSION_KEYS = ("openmpi", "mpi4py", "mpi4py_library", "horovod", "torch", "nccl")
 
 
@@ -184,11 +185,15 @@ def parse_hostfile(text: str) -> dict[str, int]:
     return out
 
 
-def _differs(label: str, values: Mapping[str, Any], fix: str) -> list[Check]:
-    """One check: every node holds the same value (absent everywhere is fine)."""
+def _differs(
+    label: str, values: Mapping[str, Any], fix: str, required: bool = False
+) -> list[Check]:
+    """One check: every node holds the same value (absent everywhere is fine unless required)."""
     present = {n: v for n, v in values.items() if v is not None}
     if not present:
-        return [Check(label, "all", True, "not installed on any node")]
+        return [
+            Check(label, "all", not required, "not installed on any node", fix if required else "")
+        ]
     counts = Counter(str(v) for v in present.values())
     majority, _ = counts.most_common(1)[0]
     odd = [n for n, v in values.items() if v is None or str(v) != majority]
@@ -276,7 +281,7 @@ def evaluate(
         vfix = f"{provision} (build-once reinstalls the cached build where the marker differs)"
         for key in VERSION_KEYS:
             values = {n: d.get("versions", {}).get(key) for n, d in data.items()}
-            report.checks += _differs(f"{key} version", values, vfix)
+            report.checks += _differs(f"{key} version", values, vfix, key in REQUIRED)
         marker_paths = sorted({p for d in data.values() for p in d.get("markers", {})})
         for path in marker_paths:
             values = {n: d.get("markers", {}).get(path) for n, d in data.items()}

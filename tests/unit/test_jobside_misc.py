@@ -22,8 +22,9 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "mpictl" / "scripts"
 
 def test_job_record_lifecycle(isolated_state: Path) -> None:
     c = three()
-    p = launch.plan(c, launch.LaunchOptions(command=["hostname"], np=3), "20260101-000000-abc123",
-                    None)
+    p = launch.plan(
+        c, launch.LaunchOptions(command=["hostname"], np=3), "20260101-000000-abc123", None
+    )
     rec = jobs.create(c, p, user_command=["hostname"])
     assert rec.directory == isolated_state / "jobs" / p.job_id
     data = json.loads((rec.directory / "job.json").read_text())
@@ -52,12 +53,43 @@ def test_unknown_or_ambiguous_job_is_a_usage_error() -> None:
 
 # ----------------------------------------------------------------------------- smoke parsing
 
-OUTPUT = """\
-[1,0]<stdout>: {"suite": "mpi", "event": "start", "ranks": 4, "rank_hosts": ["n1","n1","n2","n2"]}
-[1,0]<stdout>: {"suite": "mpi", "test": "broadcast", "ranks": 4, "hosts": ["n1", "n2"], "ok": true, "time_s": 0.002, "failures": []}
-[1,2]<stderr>: some warning
-[1,0]<stdout>: {"suite": "mpi", "test": "gather", "ranks": 4, "hosts": ["n1", "n2"], "ok": false, "time_s": 0.01, "failures": [{"rank": 3, "host": "n2", "error": "gathered array: element 1 is 0.0, want 2.0"}]}
-"""
+
+def _line(rank: int, record: dict) -> str:
+    return f"[1,{rank}]<stdout>: " + json.dumps(record)
+
+
+OUTPUT = "\n".join(
+    [
+        _line(0, {"suite": "mpi", "event": "start", "ranks": 4}),
+        _line(
+            0,
+            {
+                "suite": "mpi",
+                "test": "broadcast",
+                "ranks": 4,
+                "hosts": ["n1", "n2"],
+                "ok": True,
+                "time_s": 0.002,
+                "failures": [],
+            },
+        ),
+        "[1,2]<stderr>: some warning",
+        _line(
+            0,
+            {
+                "suite": "mpi",
+                "test": "gather",
+                "ranks": 4,
+                "hosts": ["n1", "n2"],
+                "ok": False,
+                "time_s": 0.01,
+                "failures": [
+                    {"rank": 3, "host": "n2", "error": "gathered array: element 1 is 0.0, want 2.0"}
+                ],
+            },
+        ),
+    ]
+)
 
 
 def test_parse_results_reads_json_lines_behind_tag_prefixes() -> None:
@@ -121,14 +153,23 @@ def test_busbw_follows_nccl_tests_definition() -> None:
 def test_bench_points_report_and_ratio() -> None:
     out = "\n".join(
         "[1,0]<stdout>: "
-        + json.dumps({"bytes": b, "iters": 5, "time_s": b / 1e9, "ok": True, "ranks": 3,
-                      "hosts": ["node1", "node2", "node3"]})
+        + json.dumps(
+            {
+                "bytes": b,
+                "iters": 5,
+                "time_s": b / 1e9,
+                "ok": True,
+                "ranks": 3,
+                "hosts": ["node1", "node2", "node3"],
+            }
+        )
         for b in (8, 64 * 2**20)
     )
     points, hosts = bench.parse_points(out)
     assert [p.bytes for p in points] == [8, 64 * 2**20] and hosts == ["node1", "node2", "node3"]
-    report = bench.BenchReport(points=points, hosts=hosts, link_gbps=2.0,
-                               link_pair=("node1", "node2"))
+    report = bench.BenchReport(
+        points=points, hosts=hosts, link_gbps=2.0, link_pair=("node1", "node2")
+    )
     p64 = report.at(64 * 2**20)
     assert p64 is not None
     assert p64.algbw_gbps == pytest.approx(1.0)
@@ -148,8 +189,9 @@ def test_parse_iperf() -> None:
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     pts = [bench.Point(bytes=2**k, ranks=3, time_s=1e-5 * 2**k) for k in range(3, 10)]
-    out = bench.plot(bench.BenchReport(points=pts, hosts=["a", "b"], link_gbps=1.0),
-                     tmp_path / "p.png")
+    out = bench.plot(
+        bench.BenchReport(points=pts, hosts=["a", "b"], link_gbps=1.0), tmp_path / "p.png"
+    )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -164,7 +206,11 @@ def probe(**over: object) -> dict:
         "mpirun": "/opt/openmpi/5.0.7/bin/mpirun",
         "prted": "/opt/openmpi/5.0.7/bin/prted",
         "openmpi_prefix": "/opt/openmpi/5.0.7",
-        "versions": {"openmpi": "mpirun (Open MPI) 5.0.7", "mpi4py": "3.1.6"},
+        "versions": {
+            "openmpi": "mpirun (Open MPI) 5.0.7",
+            "mpi4py": "3.1.6",
+            "mpi4py_library": "Open MPI v5.0.7",
+        },
         "markers": {"/opt/openmpi/5.0.7/.mpictl-fingerprint": "abc"},
         "cores": 2,
         "gpus": 0,
@@ -181,8 +227,9 @@ def outputs(**per_node: dict | NodeOutput) -> dict[str, NodeOutput]:
     out = {}
     for name in ("node1", "node2", "node3"):
         value = per_node.get(name, probe())
-        out[name] = value if isinstance(value, NodeOutput) else NodeOutput(
-            name, 0, json.dumps(value), "")
+        out[name] = (
+            value if isinstance(value, NodeOutput) else NodeOutput(name, 0, json.dumps(value), "")
+        )
     return out
 
 
@@ -190,8 +237,14 @@ def test_doctor_all_good() -> None:
     report = doctor.evaluate(three(), outputs())
     assert report.ok, [c for c in report.checks if not c.ok]
     names = {c.check for c in report.checks}
-    assert {"ssh from head", "non-interactive env", "openmpi version", "common network",
-            "tcp reachability", "slots"} <= names
+    assert {
+        "ssh from head",
+        "non-interactive env",
+        "openmpi version",
+        "common network",
+        "tcp reachability",
+        "slots",
+    } <= names
 
 
 def test_doctor_names_each_broken_node_and_the_fix() -> None:
@@ -201,7 +254,11 @@ def test_doctor_names_each_broken_node_and_the_fix() -> None:
             node2=NodeOutput("node2", 255, "", "ssh: connect to host node2 port 22: No route"),
             node3=probe(
                 path="/usr/bin",
-                versions={"openmpi": "mpirun (Open MPI) 5.0.6", "mpi4py": "3.1.6"},
+                versions={
+                    "openmpi": "mpirun (Open MPI) 5.0.6",
+                    "mpi4py": "3.1.6",
+                    "mpi4py_library": "Open MPI v5.0.7",
+                },
                 markers={"/opt/openmpi/5.0.7/.mpictl-fingerprint": "zzz"},
                 ipv4=[["eth0", "10.9.0.13/24"]],
                 cores=1,
@@ -223,12 +280,23 @@ def test_doctor_names_each_broken_node_and_the_fix() -> None:
 
 
 def test_doctor_missing_component_on_one_node_and_unreachable_pairs() -> None:
-    p3 = probe(versions={"openmpi": "mpirun (Open MPI) 5.0.7"},
-               reach={"node1": {"tcp": False, "error": "10.0.0.11:22: refused"}})
+    p3 = probe(
+        versions={"openmpi": "mpirun (Open MPI) 5.0.7", "mpi4py_library": "Open MPI v5.0.7"},
+        reach={"node1": {"tcp": False, "error": "10.0.0.11:22: refused"}},
+    )
     report = doctor.evaluate(three(), outputs(node3=p3))
     failed = {(c.check, c.node): c for c in report.failed}
     assert "missing" in failed[("mpi4py version", "node3")].detail
     assert "node1" in failed[("tcp reachability", "node3")].detail
+
+
+def test_doctor_requires_openmpi_and_mpi4py() -> None:
+    report = doctor.evaluate(
+        three(), outputs(**{n: probe(versions={}) for n in ("node1", "node2", "node3")})
+    )
+    failed = {(c.check, c.node) for c in report.failed}
+    assert ("openmpi version", "all") in failed and ("mpi4py version", "all") in failed
+    assert ("horovod version", "all") not in failed
 
 
 def test_doctor_slots_vs_gpus_and_hostfile() -> None:
@@ -250,7 +318,10 @@ def torch_env(env: dict[str, str], *cmd: str) -> subprocess.CompletedProcess[str
     base = {"PATH": os.environ["PATH"]}
     return subprocess.run(
         ["sh", str(SCRIPTS / "mpictl-torch-env"), *(cmd or ("env",))],
-        env={**base, **env}, capture_output=True, text=True, timeout=30,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
 
 

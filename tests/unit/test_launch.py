@@ -16,8 +16,12 @@ CMD = ["python", "train.py"]
 
 def build(c=None, **kw):  # type: ignore[no-untyped-def]
     c = c or three()
-    return launch.plan(c, launch.LaunchOptions(command=kw.pop("command", CMD), **kw), "J1",
-                       launch.derive_network(c))
+    return launch.plan(
+        c,
+        launch.LaunchOptions(command=kw.pop("command", CMD), **kw),
+        "J1",
+        launch.derive_network(c),
+    )
 
 
 def opt_value(argv: list[str], flag: str, key: str | None = None) -> list[str]:
@@ -51,8 +55,14 @@ def test_default_command_uses_hostfile_all_slots_and_classic_flags() -> None:
 
 
 def test_np_ppn_hosts_env_mca_oversubscribe() -> None:
-    p = build(np=4, ppn=1, hosts=["node3", "node1"], env=["FOO=bar", "HOME"],
-              mca=["btl_tcp_eager_limit=65536"], oversubscribe=True)
+    p = build(
+        np=4,
+        ppn=1,
+        hosts=["node3", "node1"],
+        env=["FOO=bar", "HOME"],
+        mca=["btl_tcp_eager_limit=65536"],
+        oversubscribe=True,
+    )
     assert opt_value(p.mpirun, "--host") == ["node3:2,node1:2"]
     assert "--hostfile" not in p.mpirun
     assert opt_value(p.mpirun, "-np") == ["4"]
@@ -169,8 +179,12 @@ def test_override_without_facts_is_used_as_given() -> None:
 def session(cmd: str, env: dict[str, str]) -> tuple[int, str, str]:
     """Run a session command with its stdin held open, as the SSH channel does."""
     proc = subprocess.Popen(
-        ["bash", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=env,
+        ["bash", "-c", cmd],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     rc = proc.wait(timeout=30)
     out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
