@@ -263,9 +263,7 @@ def plan(
             room = f"--ppn {options.ppn} x {len(nodes)} host(s) = {capacity} ({where})"
         else:
             room = f"the {capacity} slots of {where}"
-        raise UsageError(
-            f"-np {ranks} is more ranks than {room}; add --oversubscribe to allow it"
-        )
+        raise UsageError(f"-np {ranks} is more ranks than {room}; add --oversubscribe to allow it")
 
     mapping = f"ppr:{options.ppn}:node" if options.ppn else "slot"
     if options.oversubscribe:
@@ -291,6 +289,8 @@ def plan(
     argv += ["-x", f"MPICTL_JOB_ID={job_id}"]
     user_env = {item.split("=", 1)[0] for item in env}
     if options.torch:
+        if network is not None and len(network.names) == 1 and "GLOO_SOCKET_IFNAME" not in user_env:
+            argv += ["-x", f"GLOO_SOCKET_IFNAME={network.names[0]}"]
         if "MASTER_ADDR" not in user_env:
             argv += ["-x", f"MASTER_ADDR={nodes[0].address}"]
         if "MASTER_PORT" not in user_env:
