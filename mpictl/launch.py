@@ -396,13 +396,13 @@ class JobResult:
 
 
 def session_command(plan: LaunchPlan) -> str:
-    """The remote shell command line that runs ``plan`` on the head."""
-    env = ""
+    """The remote shell command line that runs ``plan`` on the head (any POSIX login shell)."""
+    env = []
     if plan.network is not None:
-        env = f"MPICTL_NCCL_IFNAME={shlex.quote(plan.network.nccl_socket_ifname)} "
+        env = [f"MPICTL_NCCL_IFNAME={plan.network.nccl_socket_ifname}"]
     opts = plan.mpirun[1:]
-    args = [str(len(opts)), *opts, *plan.command]
-    return f"{env}exec bash -c {shlex.quote(SESSION_SCRIPT)} mpictl-job " + shlex.join(args)
+    args = [*env, "bash", "-c", SESSION_SCRIPT, "mpictl-job", str(len(opts)), *opts, *plan.command]
+    return "exec env " + shlex.join(args)
 
 
 def cleanup(head: remote.HeadSSH, job_id: str, hosts: Sequence[str]) -> CleanupReport:

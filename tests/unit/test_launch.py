@@ -179,7 +179,7 @@ def test_override_without_facts_is_used_as_given() -> None:
 def session(cmd: str, env: dict[str, str]) -> tuple[int, str, str]:
     """Run a session command with its stdin held open, as the SSH channel does."""
     proc = subprocess.Popen(
-        ["bash", "-c", cmd],
+        ["sh", "-c", cmd],  # the login shell may be any POSIX sh
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -220,7 +220,7 @@ def test_session_exit_code_is_mpiruns_and_hangup_ends_the_job(tmp_path) -> None:
     import time
 
     start = time.monotonic()
-    running = subprocess.Popen(["bash", "-c", cmd], stdin=subprocess.PIPE, env=env)
+    running = subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, env=env)
     time.sleep(1)
     assert running.poll() is None
     running.stdin.close()  # type: ignore[union-attr]
