@@ -1,0 +1,249 @@
+"""Issue 3 on the session's 3-node sandbox: SSH mesh, /etc/environment, hostfile.
+
+- every node reaches every node as the MPI user (BatchMode, StrictHostKeyChecking=yes), by
+  inventory name and by IP;
+- a non-interactive ``ssh nodeB env`` shows the directories other roles contribute;
+- a second provision changes nothing in these roles;
+- a node whose host key changed is refused, and re-provisioning recovers;
+- the private key never appears in any output or runner artifact; file modes; the host key
+  policy is never ``no`` unless asked;
+- bad variables fail with a one-line message before any node is touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+
+import pytest
+
+from mpictl import paths, provision, runner
+from mpictl.inventory import Cluster, Node
+from tests.integration.conftest import describe_failures
+from tests.integration.nodes import cluster_key, load, ssh, ssh_mpi
+
+ROLES = ("ssh_mesh", "mpi_environment", "hostfile")
+DUMMY_PLAY = Path(__file__).parent / "playbooks" / "contribute_dummy.yml"
+DUMMY_BIN = "/opt/mpictl-it-dummy/bin"
+DUMMY_LIB = "/opt/mpictl-it-dummy/lib"
+# Files whose content must not move when a bad variable is rejected.
+WATCHED = (
+    "/etc/environment",
+    "/etc/ssh/ssh_known_hosts",
+    "/home/mpi/.ssh/config",
+    "/etc/mpictl/hostfile",
+    "/etc/ld.so.conf.d/mpictl.conf",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(first_provision: runner.RunResult, inventory: Path) -> Cluster:
+    return load(inventory)
+
+
+@pytest.fixture(scope="module")
+def ips(inventory: Path) -> dict[str, str]:
+    """Each node's address on the cluster network (sandbox_ip)."""
+    from mpictl import sandbox
+
+    return {n.name: n.ip for n in sandbox.read_sandbox(inventory).nodes}
+
+
+def root(node: Node, command: str) -> str:
+    proc = ssh(node, command)
+    assert proc.returncode == 0, f"{node.name}: {command}: {proc.stderr.strip()}"
+    return proc.stdout
+
+
+def mesh_report(src: Node, targets: list[str]) -> dict[str, str]:
+    """From ``src``, as the MPI user: ssh to each target with pinned keys; target → OK/FAIL+err."""
+    script = "; ".join(
+        f"if out=$(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10 "
+        f"{shlex.quote(t)} true 2>&1); then echo 'OK {t}'; "
+        f"else echo \"FAIL {t} $(echo $out | tr '\\n' ' ')\"; fi"
+        for t in targets
+    )
+    proc = ssh_mpi(src, script)
+    assert proc.returncode == 0, proc.stderr
+    report = {}
+    for line in proc.stdout.splitlines():
+        status, target, *rest = line.split(" ", 2)
+        report[target] = status + (" " + rest[0] if rest else "")
+    return report
+
+
+def targets_of(cluster: Cluster, ips: dict[str, str]) -> list[str]:
+    return [n.name for n in cluster.nodes] + [ips[n.name] for n in cluster.nodes]
+
+
+def role_of(task: runner.TaskResult, result: runner.RunResult) -> str:
+    for event in result.events:
+        data = event.get("event_data", {})
+        if data.get("task") == task.task and data.get("host") == task.host and data.get("role"):
+            return str(data["role"])
+    return ""
+
+
+def watched_checksums(cluster: Cluster) -> dict[str, str]:
+    files = " ".join(WATCHED)
+    return {
+        n.name: hashlib.sha256(root(n, f"cat {files} 2>/dev/null; id mpi").encode()).hexdigest()
+        for n in cluster.nodes
+    }
+
+
+def test_every_node_reaches_every_node_as_the_mpi_user(
+    cluster: Cluster, ips: dict[str, str]
+) -> None:
+    targets = targets_of(cluster, ips)
+    for src in cluster.nodes:
+        report = mesh_report(src, targets)
+        assert report == {t: "OK" for t in targets}, f"from {src.name}: {report}"
+
+
+def test_mpi_user_files_and_modes(cluster: Cluster) -> None:
+    uids = set()
+    for node in cluster.nodes:
+        out = root(
+            node,
+            "stat -c '%n %a %U' /home/mpi/.ssh /home/mpi/.ssh/id_ed25519 "
+            "/home/mpi/.ssh/authorized_keys /home/mpi/.ssh/config /etc/ssh/ssh_known_hosts "
+            "/etc/mpictl/hostfile; id -u mpi",
+        ).split("\n")
+        modes = dict((line.split(" ", 1)[0], line.split(" ", 1)[1]) for line in out[:6])
+        assert modes == {
+            "/home/mpi/.ssh": "700 mpi",
+            "/home/mpi/.ssh/id_ed25519": "600 mpi",
+            "/home/mpi/.ssh/authorized_keys": "600 mpi",
+            "/home/mpi/.ssh/config": "600 mpi",
+            "/etc/ssh/ssh_known_hosts": "644 root",
+            "/etc/mpictl/hostfile": "644 root",
+        }
+        uids.add(out[6])
+        config = root(node, "cat /home/mpi/.ssh/config")
+        assert "StrictHostKeyChecking yes" in config
+        assert "StrictHostKeyChecking no" not in config
+        assert "/dev/null" not in config
+    assert len(uids) == 1
+    assert (cluster_key().stat().st_mode & 0o777) == 0o600
+
+
+def test_known_hosts_pins_every_name_and_address(cluster: Cluster, ips: dict[str, str]) -> None:
+    known = root(cluster.nodes[0], "cat /etc/ssh/ssh_known_hosts")
+    for node in cluster.nodes:
+        keys = root(node, "cat /etc/ssh/ssh_host_*_key.pub").split("\n")
+        for key in filter(None, keys):
+            key_type, blob = key.split()[:2]
+            line = next(ln for ln in known.splitlines() if f" {key_type} {blob}" in ln)
+            names = line.split(" ", 1)[0].split(",")
+            assert node.name in names and ips[node.name] in names
+
+
+def test_hostfile_is_the_cli_hostfile(cluster: Cluster, inventory: Path) -> None:
+    from mpictl.hostfile import entries_for_cluster, render
+
+    expected = render(entries_for_cluster(load(inventory)), "openmpi")
+    for node in cluster.nodes:
+        text = root(node, "cat /etc/mpictl/hostfile")
+        assert text.startswith("#") and "Ansible managed" in text
+        body = "".join(ln + "\n" for ln in text.splitlines() if not ln.startswith("#"))
+        assert body == expected
+
+
+def test_non_interactive_ssh_sees_contributed_directories(
+    cluster: Cluster, inventory: Path
+) -> None:
+    result = runner.run_playbook(DUMMY_PLAY, inventory)
+    assert result.ok, describe_failures(result)
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    proc = ssh_mpi(a, f"ssh -o BatchMode=yes {b.name} env")
+    assert proc.returncode == 0, proc.stderr
+    env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    path = env["PATH"].split(":")
+    assert DUMMY_BIN in path and "/usr/bin" in path
+    assert path.index(DUMMY_BIN) < path.index("/usr/bin")
+    assert DUMMY_LIB in env["LD_LIBRARY_PATH"].split(":")
+    # The linker sees it too, and the other lines of /etc/environment are untouched.
+    assert DUMMY_LIB in root(b, "cat /etc/ld.so.conf.d/mpictl.conf").splitlines()
+    # Re-running the contribution changes nothing.
+    again = runner.run_playbook(DUMMY_PLAY, inventory)
+    assert again.ok and not again.changed_tasks(), [t.task for t in again.changed_tasks()]
+
+
+def test_second_provision_changes_nothing_in_these_roles(
+    second_provision: runner.RunResult,
+) -> None:
+    changed = [
+        (t.host, t.task)
+        for t in second_provision.changed_tasks()
+        if role_of(t, second_provision) in ROLES
+    ]
+    assert changed == []
+    ran = {role_of(t, second_provision) for t in second_provision.task_results()}
+    assert set(ROLES) <= ran
+
+
+def test_private_key_never_in_output_or_artifacts(first_provision: runner.RunResult) -> None:
+    body = [
+        line
+        for line in cluster_key().read_text().splitlines()
+        if line and not line.startswith("-----")
+    ]
+    assert body
+    runs = paths.state_dir() / "runs"
+    hits = []
+    for f in runs.rglob("*"):
+        if f.is_file():
+            text = f.read_bytes().decode("utf-8", "replace")
+            if any(chunk in text for chunk in body):
+                hits.append(str(f))
+    assert hits == []
+
+
+def test_changed_host_key_is_refused_then_recovered(
+    cluster: Cluster, inventory: Path, ips: dict[str, str]
+) -> None:
+    from mpictl import sandbox
+
+    a, c = cluster.nodes[0], cluster.nodes[-1]
+    # Reinstall-like event on node c: new host keys, sshd reloaded (SIGHUP re-reads them).
+    root(
+        c,
+        'rm -f /etc/ssh/ssh_host_*; ssh-keygen -A >/dev/null; kill -HUP "$(cat /run/sshd.pid)"',
+    )
+    sandbox.up(inventory)  # the controller re-pins its own view (keys read through podman)
+    report = mesh_report(a, [c.name, ips[c.name]])
+    for target, status in report.items():
+        assert status.startswith("FAIL"), f"{target}: {status}"
+        assert "Host key verification failed" in status or "HOST IDENTIFICATION" in status
+
+    _, result = provision.provision(inventory, playbook="ssh.yml")
+    assert result.ok, describe_failures(result)
+    targets = targets_of(cluster, ips)
+    assert mesh_report(a, targets) == {t: "OK" for t in targets}
+
+
+@pytest.mark.parametrize(
+    ("extravars", "message"),
+    [
+        (
+            {"mpi_ssh_strict_host_key_checking": "maybe"},
+            "mpi_ssh_strict_host_key_checking",
+        ),
+        ({"mpi_user": "Bad User!"}, "mpi_user"),
+        ({"mpi_env_extra_paths": ["opt/relative/bin"]}, "opt/relative/bin"),
+    ],
+)
+def test_bad_variables_fail_before_any_node_changes(
+    cluster: Cluster, inventory: Path, extravars: dict[str, object], message: str
+) -> None:
+    before = watched_checksums(cluster)
+    _, result = provision.provision(inventory, extravars=extravars)
+    assert not result.ok
+    assert all(s.changed == 0 for s in result.stats.values()), result.stats
+    failures = [t for t in result.task_results() if t.status == "failed"]
+    assert failures
+    msg = str(failures[0].result.get("msg", ""))
+    assert message in msg and "\n" not in msg.strip(), msg
+    assert watched_checksums(cluster) == before
