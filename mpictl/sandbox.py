@@ -676,42 +676,55 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _wait_ssh(spec: SandboxSpec, nodes: Iterable[SandboxNode], deadline_s: float) -> None:
+def _ssh_once(spec: SandboxSpec, nodes: Iterable[SandboxNode]) -> dict[str, str]:
+    """One SSH login attempt per node, in parallel: node name -> error ("" when it worked)."""
     if shutil.which("ssh") is None:
         raise SandboxError("ssh is not installed (openssh-client is needed on the controller)")
+    procs = [
+        (
+            node,
+            subprocess.Popen(
+                ssh_check_args(spec, node),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+        for node in nodes
+    ]
+    result: dict[str, str] = {}
+    for node, proc in procs:
+        _, err = proc.communicate()
+        result[node.name] = "" if proc.returncode == 0 else _last_line(err)
+    return result
+
+
+def _wait_ssh(spec: SandboxSpec, nodes: Iterable[SandboxNode], deadline_s: float) -> None:
     deadline = time.monotonic() + deadline_s
     pending = list(nodes)
-    last_error: dict[str, str] = {}
     while pending:
-        procs = [
-            (
-                node,
-                subprocess.Popen(
-                    ssh_check_args(spec, node),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                ),
-            )
-            for node in pending
-        ]
-        still: list[SandboxNode] = []
-        for node, proc in procs:
-            _, err = proc.communicate()
-            if proc.returncode != 0:
-                still.append(node)
-                last_error[node.name] = _last_line(err)
-        pending = still
+        errors = _ssh_once(spec, pending)
+        pending = [node for node in pending if errors[node.name]]
         if not pending:
             return
         if time.monotonic() > deadline:
             node = pending[0]
             raise SandboxError(
                 f"SSH to {node.name} (127.0.0.1:{node.ssh_port}) did not answer within "
-                f"{deadline_s:.0f} s: {last_error.get(node.name, '')}"
+                f"{deadline_s:.0f} s: {errors[node.name]}"
             )
         time.sleep(0.5)
+
+
+def pinned_by_port(known_hosts: str) -> dict[int, list[str]]:
+    """The ``[127.0.0.1]:port`` lines of a known_hosts text, by port."""
+    found: dict[int, list[str]] = {}
+    for line in known_hosts.splitlines():
+        match = re.match(r"^\[127\.0\.0\.1\]:(\d+) \S+ \S+$", line.strip())
+        if match:
+            found.setdefault(int(match.group(1)), []).append(line.strip())
+    return found
 
 
 # --------------------------------------------------------------------------------------------
@@ -816,24 +829,43 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
                 hint = " (this host needs MPICTL_SANDBOX_RUNTIME=runc: lowered ulimits)"
             raise SandboxError(f"creating {container}: {_last_line(proc.stderr)}{hint}")
 
-    found = _containers(spec.name)
-    with ThreadPoolExecutor(max_workers=max(1, len(spec.nodes))) as pool:
-        host_keys = list(
-            pool.map(
-                lambda node: _authorize_and_read_host_keys(
-                    spec.container(node), _entry_runtime(found[spec.container(node)]), pubkey
+    # A node left alone that already lets the key in under its pinned host keys needs nothing
+    # more (the warm path: one SSH login per node). Every other node gets the key put into
+    # root's authorized_keys and its host keys read over `podman exec` and pinned.
+    try:
+        pinned = pinned_by_port(spec.known_hosts_path().read_text())
+    except OSError:
+        pinned = {}
+    kept = [n for n, action, _ in steps if action == "unchanged" and n.ssh_port in pinned]
+    errors = _ssh_once(spec, kept) if kept else {}
+    kept = [n for n in kept if not errors[n.name]]
+    fresh = [n for n in spec.nodes if n not in kept]
+
+    found = _containers(spec.name) if fresh else found
+    with ThreadPoolExecutor(max_workers=max(1, len(fresh))) as pool:
+        host_keys = dict(
+            zip(
+                [n.name for n in fresh],
+                pool.map(
+                    lambda node: _authorize_and_read_host_keys(
+                        spec.container(node), _entry_runtime(found[spec.container(node)]), pubkey
+                    ),
+                    fresh,
                 ),
-                spec.nodes,
+                strict=True,
             )
         )
     lines: list[str] = []
-    for node, text in zip(spec.nodes, host_keys, strict=True):
-        node_lines = known_hosts_lines(node.ssh_port, text)
+    for node in spec.nodes:
+        if node.name not in host_keys:
+            lines += pinned[node.ssh_port]
+            continue
+        node_lines = known_hosts_lines(node.ssh_port, host_keys[node.name])
         if not node_lines:
             raise SandboxError(f"{spec.container(node)}: no SSH host keys found")
         lines += node_lines
     _write_private(spec.known_hosts_path(), "\n".join(lines) + "\n")
-    _wait_ssh(spec, spec.nodes, SSH_WAIT_S)
+    _wait_ssh(spec, fresh, SSH_WAIT_S)
     return _status(spec, _containers(spec.name), actions)
 
 

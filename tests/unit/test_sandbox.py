@@ -319,6 +319,20 @@ def test_known_hosts_lines() -> None:
     ]
 
 
+def test_pinned_by_port() -> None:
+    text = (
+        "[127.0.0.1]:2301 ssh-ed25519 AAAA1\n"
+        "[127.0.0.1]:2302 ssh-ed25519 AAAA2\n"
+        "[127.0.0.1]:2301 ecdsa-sha2-nistp256 BBBB1\n"
+        "node1 ssh-ed25519 CCCC\n"
+        "garbage\n"
+    )
+    assert sandbox.pinned_by_port(text) == {
+        2301: ["[127.0.0.1]:2301 ssh-ed25519 AAAA1", "[127.0.0.1]:2301 ecdsa-sha2-nistp256 BBBB1"],
+        2302: ["[127.0.0.1]:2302 ssh-ed25519 AAAA2"],
+    }
+
+
 def test_ssh_check_is_strict() -> None:
     args = sandbox.ssh_check_args(SPEC, SPEC.nodes[2])
     assert "StrictHostKeyChecking=yes" in args
