@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -236,10 +237,14 @@ def test_changed_host_key_is_refused_then_recovered(
     ],
 )
 def test_bad_variables_fail_before_any_node_changes(
-    cluster: Cluster, inventory: Path, extravars: dict[str, object], message: str
+    cluster: Cluster,
+    inventory: Path,
+    source_vars: dict[str, Any],
+    extravars: dict[str, object],
+    message: str,
 ) -> None:
     before = watched_checksums(cluster)
-    _, result = provision.provision(inventory, extravars=extravars)
+    _, result = provision.provision(inventory, extravars={**source_vars, **extravars})
     assert not result.ok
     assert all(s.changed == 0 for s in result.stats.values()), result.stats
     failures = [t for t in result.task_results() if t.status == "failed"]
