@@ -110,7 +110,7 @@ def node_lines(output: str, names: Sequence[str], limit: int = 3) -> list[str]:
     found = []
     patterns = [re.compile(rf"(?<![\w.-]){re.escape(n)}(?![\w-])") for n in names if n]
     for line in output.splitlines():
-        text = re.sub(r"^\[[\d,]+\]<std(out|err)>:\s*", "", line.strip())
+        text = re.sub(r"^\[[^\]]*\]<std(out|err|diag)>:\s*", "", line.strip())
         matches = text and not text.startswith("{") and any(p.search(text) for p in patterns)
         if matches and text not in found:
             found.append(text)

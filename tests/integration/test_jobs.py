@@ -208,7 +208,7 @@ def test_run_streams_output_records_the_job_and_keeps_the_exit_code(
 ) -> None:
     proc = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", "hostname", check=True)
     hostnames = {ssh(n, "hostname").stdout.strip() for n in cluster.nodes}
-    assert {line.split(":", 1)[-1].strip() for line in proc.stdout.splitlines()} == hostnames
+    assert {line.rsplit(":", 1)[-1].strip() for line in proc.stdout.splitlines()} == hostnames
     job = job_id_of(proc.stderr)
     listed = json.loads(mpictl("jobs", "list", "--json", check=True).stdout)
     assert job in [j["id"] for j in listed]
