@@ -322,7 +322,7 @@ def smoke(
             print(f"mpictl: {error}", file=sys.stderr)
     if not report.ok:
         failed = [r for r in report.results if not r.ok and not r.skipped]
-        nodes = sorted({str(f.get("host")) for r in failed for f in r.failures if f.get("host")})
+        nodes = report.failed_nodes
         first = (
             report.errors[0]
             if report.errors

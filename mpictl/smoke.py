@@ -72,6 +72,15 @@ class SmokeReport:
     job_ids: list[str] = field(default_factory=list)
 
     @property
+    def failed_nodes(self) -> list[str]:
+        """Nodes named by errors ("<node>: ...") and by failed tests."""
+        nodes = {e.split(":", 1)[0] for e in self.errors if ":" in e and " " not in e.split(":")[0]}
+        for r in self.results:
+            if not r.ok and not r.skipped:
+                nodes |= {str(f["host"]) for f in r.failures if f.get("host")}
+        return sorted(nodes)
+
+    @property
     def ok(self) -> bool:
         ran = [r for r in self.results if not r.skipped]
         return bool(ran) and not self.errors and all(r.ok for r in ran)
@@ -192,7 +201,7 @@ def preflight(
         if not out.ok or rec is None:
             errors.append(
                 f"{node.name}: the cluster venv does not run ({remote.VENV_PYTHON}: {out.error}); "
-                "fix: `mpictl provision` (openmpi role, cluster venv)"
+                "fix: `mpictl provision` (mpi4py role: cluster venv)"
             )
             continue
         for path in rec["missing"]:
@@ -203,7 +212,7 @@ def preflight(
         if mods.get("mpi4py") != "ok":
             errors.append(
                 f"{node.name}: mpi4py does not import ({mods.get('mpi4py')}); "
-                "fix: `mpictl provision` (openmpi role, mpi4py)"
+                "fix: `mpictl provision` (mpi4py role)"
             )
         if "horovod.torch" in mods and mods["horovod.torch"] != "ok":
             horovod_missing.append(f"{node.name}: {mods['horovod.torch']}")
