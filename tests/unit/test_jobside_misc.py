@@ -357,3 +357,9 @@ def test_torch_env_refuses_outside_mpirun_and_keeps_the_exit_code() -> None:
     proc = torch_env({})
     assert proc.returncode == 2 and "OMPI_COMM_WORLD_RANK" in proc.stderr
     assert torch_env({**OMPI, "MPICTL_GPU_COUNT": "0"}, "sh", "-c", "exit 7").returncode == 7
+
+
+def test_failed_nodes_come_from_errors_and_failed_tests() -> None:
+    results = smoke.parse_results(OUTPUT, "mpi")
+    report = smoke.SmokeReport(results=results, errors=["node7: cannot ssh from node1 as mpi"])
+    assert report.failed_nodes == ["n2", "node7"]
