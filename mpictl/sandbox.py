@@ -872,10 +872,10 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
 def down(inventory: Path) -> list[str]:
     """Remove the sandbox's containers and network (image and keys stay); returns what went."""
     spec = read_sandbox(inventory)
-    removed: list[str] = []
-    for container, entry in sorted(_containers(spec.name).items()):
-        _remove_container(container, _entry_runtime(entry))
-        removed.append(f"container {container}")
+    members = sorted(_containers(spec.name).items())
+    with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
+        list(pool.map(lambda item: _remove_container(item[0], _entry_runtime(item[1])), members))
+    removed = [f"container {container}" for container, _ in members]
     net = _network(spec.name)
     if net is not None and _network_labels(net).get(LABEL_SANDBOX) == spec.name:
         _podman(["network", "rm", spec.name], what=f"removing network {spec.name}")
