@@ -108,17 +108,21 @@ def sandbox_up(
     ] = False,
 ) -> None:
     """Start the sandbox nodes (builds the node image on first use)."""
-    from mpictl import sandbox
+    from mpictl import lock, sandbox
 
-    _print_nodes(sandbox.up(_inventory(inventory), cuda=cuda))
+    inv = _inventory(inventory)
+    with lock.hold(inv, "sandbox"):
+        _print_nodes(sandbox.up(inv, cuda=cuda))
 
 
 @sandbox_app.command("down")
 def sandbox_down(inventory: InventoryOpt = None) -> None:
     """Remove the sandbox's containers and network (image and keys stay)."""
-    from mpictl import sandbox
+    from mpictl import lock, sandbox
 
-    removed = sandbox.down(_inventory(inventory))
+    inv = _inventory(inventory)
+    with lock.hold(inv, "sandbox"):
+        removed = sandbox.down(inv)
     typer.echo("removed: " + (", ".join(removed) if removed else "nothing"))
 
 
@@ -136,10 +140,12 @@ def _print_nodes(nodes: list) -> None:
     from mpictl import ui
 
     table = Table()
-    for column in ("node", "container", "state", "ssh", "ip"):
+    for column in ("node", "container", "state", "ssh", "ip", "action"):
         table.add_column(column)
     for n in nodes:
-        table.add_row(n.name, n.container, n.state, f"127.0.0.1:{n.ssh_port}", str(n.ip))
+        table.add_row(
+            n.name, n.container, n.state, f"127.0.0.1:{n.ssh_port}", str(n.ip), n.action or "-"
+        )
     ui.console.print(table)
 
 
