@@ -21,7 +21,7 @@ from tests.integration.nodes import load, ssh, ssh_mpi
 
 COMPILE_TASK = "Compile OpenMPI on the builder node"
 CONFIGURE_TASK = "Configure OpenMPI on the builder node"
-BUILD_INCLUDE = "Build openmpi on the builder node"
+BUILD_INCLUDE = "Run the build tasks on the builder node for openmpi"
 UNPACK_TASK = "Unpack the OpenMPI install tree from the artifact"
 OUR_ROLES = ("roles/openmpi/", "roles/mpi4py/", "roles/build_once/")
 
