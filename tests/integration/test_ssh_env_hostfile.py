@@ -62,7 +62,7 @@ def mesh_report(src: Node, targets: list[str]) -> dict[str, str]:
     script = "; ".join(
         f"if out=$(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10 "
         f"{shlex.quote(t)} true 2>&1); then echo 'OK {t}'; "
-        f"else echo \"FAIL {t} $(echo $out | tr '\\n' ' ')\"; fi"
+        f"else printf 'FAIL {t} %s\\n' \"$(printf '%s' \"$out\" | tr '\\r\\n' '  ')\"; fi"
         for t in targets
     )
     proc = ssh_mpi(src, script)
@@ -70,7 +70,8 @@ def mesh_report(src: Node, targets: list[str]) -> dict[str, str]:
     report = {}
     for line in proc.stdout.splitlines():
         status, target, *rest = line.split(" ", 2)
-        report[target] = status + (" " + rest[0] if rest else "")
+        if status in ("OK", "FAIL"):
+            report[target] = status + (" " + rest[0] if rest else "")
     return report
 
 
