@@ -3,6 +3,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
 DOCUMENTATION = r"""
 module: mpictl_environment
 short_description: Render PATH and LD_LIBRARY_PATH of a node from the mpictl drop-ins
@@ -25,12 +32,6 @@ options:
   ldconfig: {type: bool, default: true, description: Run ldconfig when ld_conf_file changed.}
 """
 
-import json
-import os
-import re
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
 
 COMPONENT_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 MARKER = "# PATH and LD_LIBRARY_PATH below are managed by mpictl (drop-ins in {dir})"
@@ -160,8 +161,11 @@ def main():
     pending = {}
     if p["component"] is not None:
         if not COMPONENT_RE.match(p["component"]):
-            module.fail_json(msg=f"mpi_env_component '{p['component']}' must match {COMPONENT_RE.pattern}")
-        for kind, dirs in (("mpi_env_paths", p["paths"]), ("mpi_env_library_paths", p["library_paths"])):
+            module.fail_json(
+                msg=f"mpi_env_component '{p['component']}' must match {COMPONENT_RE.pattern}"
+            )
+        contributed = (("mpi_env_paths", p["paths"]), ("mpi_env_library_paths", p["library_paths"]))
+        for kind, dirs in contributed:
             err = _check_dirs(kind, dirs)
             if err:
                 module.fail_json(msg=f"component {p['component']}: {err}")
@@ -188,8 +192,14 @@ def main():
     env_after = render_environment(env_before or "", path_value, lib_value, marker)
     if env_after != env_before:
         changed_files.append(env_file)
-        diff.append({"before_header": env_file, "after_header": env_file,
-                     "before": env_before or "", "after": env_after})
+        diff.append(
+            {
+                "before_header": env_file,
+                "after_header": env_file,
+                "before": env_before or "",
+                "after": env_after,
+            }
+        )
         if not module.check_mode:
             mode = os.stat(env_file).st_mode & 0o7777 if env_before is not None else 0o644
             _write_atomic(module, env_file, env_after, mode)
@@ -202,14 +212,21 @@ def main():
     ld_changed = ld_after != ld_before
     if ld_changed:
         changed_files.append(p["ld_conf_file"])
-        diff.append({"before_header": p["ld_conf_file"], "after_header": p["ld_conf_file"],
-                     "before": ld_before or "", "after": ld_after})
+        diff.append(
+            {
+                "before_header": p["ld_conf_file"],
+                "after_header": p["ld_conf_file"],
+                "before": ld_before or "",
+                "after": ld_after,
+            }
+        )
         if not module.check_mode:
             os.makedirs(os.path.dirname(p["ld_conf_file"]), mode=0o755, exist_ok=True)
             _write_atomic(module, p["ld_conf_file"], ld_after)
             if p["ldconfig"]:
-                ldconfig = module.get_bin_path("ldconfig", required=True,
-                                               opt_dirs=["/sbin", "/usr/sbin"])
+                ldconfig = module.get_bin_path(
+                    "ldconfig", required=True, opt_dirs=["/sbin", "/usr/sbin"]
+                )
                 rc, _, err = module.run_command([ldconfig])
                 if rc != 0:
                     module.fail_json(msg=f"ldconfig failed: {err.strip()}")
