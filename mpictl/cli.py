@@ -80,8 +80,7 @@ def provision(
     ui.console.print(ui.recap_table(result))
     ui.console.print(f"artifacts: {result.private_data_dir}")
     if not result.ok:
-        hosts = ", ".join(result.failed_hosts) or "see the artifacts"
-        raise ProvisionError(f"provision failed (rc={result.rc}) on: {hosts}")
+        raise ProvisionError(ui.failure_summary(result))
 
 
 @app.command()

@@ -82,3 +82,14 @@ def recap_table(result: RunResult) -> Table:
             str(stats.skipped),
         )
     return table
+
+
+def failure_summary(result: RunResult) -> str:
+    """One line: which hosts failed, and the first failed task's own message."""
+    hosts = ", ".join(result.failed_hosts) or "see the artifacts"
+    line = f"provision failed (rc={result.rc}) on: {hosts}"
+    for task in result.task_results():
+        if task.status in ("failed", "unreachable") and not task.ignore_errors:
+            message = _result_message(dict(task.result)).replace("\n", " ")
+            return f"{line}: {task.host}: {task.task}: {message}"[:500]
+    return line

@@ -1,0 +1,53 @@
+"""Structured results from ansible-runner events (no stdout parsing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mpictl.runner import HostStats, RunResult, _stats, iter_task_results
+from mpictl.ui import failure_summary
+
+
+def event(kind: str, host: str, task: str, **res: object) -> dict[str, object]:
+    return {"event": kind, "event_data": {"host": host, "task": task, "res": res}}
+
+
+EVENTS = [
+    {"event": "playbook_on_task_start", "event_data": {"task": "Install"}},
+    event("runner_on_ok", "n1", "Install", changed=True),
+    event("runner_on_ok", "n2", "Install", changed=False),
+    event("runner_on_skipped", "n3", "Install"),
+    event("runner_on_failed", "n3", "Configure", msg="boom", stderr="line1\nlast line"),
+]
+
+
+def result(events: list[dict[str, object]], rc: int = 2) -> RunResult:
+    stats = {"n1": HostStats(ok=1, changed=1), "n3": HostStats(failed=1)}
+    return RunResult(rc, "failed", "id", Path("/tmp/x"), stats, events)
+
+
+def test_task_results_classify_changed_ok_skipped_failed() -> None:
+    statuses = [(r.host, r.task, r.status) for r in iter_task_results(EVENTS)]
+    assert statuses == [
+        ("n1", "Install", "changed"),
+        ("n2", "Install", "ok"),
+        ("n3", "Install", "skipped"),
+        ("n3", "Configure", "failed"),
+    ]
+    res = result(EVENTS)
+    assert [r.host for r in res.changed_tasks()] == ["n1"]
+    assert [r.status for r in res.task_results("Configure")] == ["failed"]
+    assert res.failed_hosts == ["n3"] and not res.ok
+
+
+def test_recap_stats_from_runner_stats() -> None:
+    raw = {"ok": {"a": 3}, "changed": {"a": 1}, "failures": {"b": 1}, "dark": {"c": 1}}
+    stats = _stats(raw)
+    assert stats["a"] == HostStats(ok=3, changed=1)
+    assert stats["b"].failed == 1 and stats["c"].unreachable == 1
+
+
+def test_failure_summary_is_one_line_with_the_task_message() -> None:
+    line = failure_summary(result(EVENTS))
+    assert "\n" not in line
+    assert line == "provision failed (rc=2) on: n3: n3: Configure: boom | last line"
