@@ -38,6 +38,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    # Molecule scenarios last: they reuse the artifacts the session's provision put in the cache.
+    items.sort(key=lambda item: "test_molecule" in str(item.fspath))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,41 @@
+"""Every role's Molecule scenario runs its full sequence (create, converge, idempotence, verify,
+destroy) on a sandbox of its own. The artifact cache is the integration session's, so the
+scenarios of the build roles install what the session already built instead of compiling.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.nodes import ROOT
+
+SCENARIOS = sorted(p.parents[2] for p in (ROOT / "roles").glob("*/molecule/default/molecule.yml"))
+
+
+@pytest.mark.parametrize("role", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_molecule_scenario(role: Path, tmp_path: Path, it_state: Path) -> None:
+    env = {**os.environ, "MPICTL_STATE_DIR": str(tmp_path / "state")}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    proc = subprocess.run(
+        ["molecule", "test"],
+        cwd=role,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"molecule test of {role.name} failed:\n{log[-6000:]}"
+    for step in ("converge", "idempotence", "verify"):
+        assert f"{step}: Executed: Successful" in _plain(log), f"{role.name}: {step} did not run"
+
+
+def _plain(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text).replace("➜ ", "")
