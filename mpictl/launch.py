@@ -218,6 +218,12 @@ def _select_nodes(cluster: Cluster, hosts: Sequence[str] | None) -> list[Node]:
     return chosen
 
 
+def rank0_host(cluster: Cluster, nodes: Sequence[Node]) -> Node:
+    """Where mpirun places rank 0: the node mpirun runs on (the head) when it is part of the
+    allocation (PRRTE puts its own node first), else the first host given."""
+    return cluster.head if cluster.head in nodes else nodes[0]
+
+
 def plan(
     cluster: Cluster,
     options: LaunchOptions,
@@ -292,7 +298,7 @@ def plan(
         if network is not None and len(network.names) == 1 and "GLOO_SOCKET_IFNAME" not in user_env:
             argv += ["-x", f"GLOO_SOCKET_IFNAME={network.names[0]}"]
         if "MASTER_ADDR" not in user_env:
-            argv += ["-x", f"MASTER_ADDR={nodes[0].address}"]
+            argv += ["-x", f"MASTER_ADDR={rank0_host(cluster, nodes).address}"]
         if "MASTER_PORT" not in user_env:
             argv += ["-x", f"MASTER_PORT={options.master_port}"]
     for item in env:

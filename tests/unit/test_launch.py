@@ -117,6 +117,9 @@ def test_torch_adds_wrapper_and_master_of_rank0_host() -> None:
     xs = opt_value(p.mpirun, "-x")
     assert "MASTER_ADDR=node2" in xs
     assert "MASTER_PORT=1234" in xs
+    # the head hosts rank 0 whenever it is part of the job (mpirun puts its own node first)
+    h = build(torch=True, hosts=["node3", "node1"])
+    assert "MASTER_ADDR=node1" in opt_value(h.mpirun, "-x")
     q = build(torch=True, env=["MASTER_PORT=999"])
     assert "MASTER_PORT=999" in opt_value(q.mpirun, "-x")
     assert "MASTER_PORT=29500" not in opt_value(q.mpirun, "-x")
