@@ -276,6 +276,19 @@ def evaluate(
         )
         add(Check("non-interactive env", name, not problems, detail, env_fix if problems else ""))
 
+    # the cluster venv (mpi4py, Horovod, the smoke/bench programs run with it)
+    for name, d in data.items():
+        if not d.get("venv"):
+            add(
+                Check(
+                    "cluster venv",
+                    name,
+                    False,
+                    f"{remote.VENV_PYTHON} is missing or broken",
+                    f"{provision} (mpi4py role: cluster venv)",
+                )
+            )
+
     # identical versions and build fingerprints
     if data:
         vfix = f"{provision} (build-once reinstalls the cached build where the marker differs)"

@@ -206,6 +206,7 @@ def probe(**over: object) -> dict:
         "mpirun": "/opt/openmpi/5.0.7/bin/mpirun",
         "prted": "/opt/openmpi/5.0.7/bin/prted",
         "openmpi_prefix": "/opt/openmpi/5.0.7",
+        "venv": True,
         "versions": {
             "openmpi": "mpirun (Open MPI) 5.0.7",
             "mpi4py": "3.1.6",
