@@ -366,24 +366,28 @@ def _network_checks(
                     "put every node on one subnet, or set mpi_network_interface per host",
                 )
             )
-    # TCP reachability: every node reaches every other node's SSH port by its mpi_address.
-    bad: list[Check] = []
+    # TCP reachability: every node reaches every other node's SSH port by its mpi_address. A
+    # failure is reported on the node that could not be reached, with who tried.
+    unreachable: dict[str, list[str]] = {}
     for name, d in data.items():
         for target, r in (d.get("reach") or {}).items():
             if target != name and not r.get("tcp"):
-                bad.append(
-                    Check(
-                        "tcp reachability",
-                        name,
-                        False,
-                        f"-> {target}: {r.get('error')}",
-                        f"check routing/firewall between {name} and {target}; mpi_address must "
-                        "resolve on every node",
-                    )
-                )
-    out += bad or [
-        Check("tcp reachability", "all", True, "every node reaches every other (22/tcp)")
-    ]
+                unreachable.setdefault(target, []).append(f"{name}: {r.get('error')}")
+    for target, sources in sorted(unreachable.items()):
+        out.append(
+            Check(
+                "tcp reachability",
+                target,
+                False,
+                "not reachable from " + "; ".join(sources),
+                f"check that {target} is up, its mpi_address resolves on every node, and no "
+                "firewall blocks it",
+            )
+        )
+    if not unreachable:
+        out.append(
+            Check("tcp reachability", "all", True, "every node reaches every other (22/tcp)")
+        )
     return out
 
 
