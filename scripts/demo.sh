@@ -13,6 +13,5 @@ cuda=(); [ -d /usr/local/cuda ] && cuda=(--cuda)
 mpictl sandbox up "${cuda[@]}"
 mpictl provision -e "@$sources_vars"
 mpictl hostfile
-if mpictl --help | grep -q ' smoke '; then
-  mpictl smoke
-fi
+mpictl doctor
+mpictl smoke --suite all
