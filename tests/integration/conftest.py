@@ -2,9 +2,10 @@
 
 The sandbox is an independent copy of inventories/sandbox (name ``mpictl-it``, ports 2211-2213)
 so it never clashes with a developer's own sandbox. State (keys, facts, runs) lives in a fresh
-temporary directory; the artifact cache is persistent (``MPICTL_CACHE_DIR``, default
-``<repo>/.mpictl/cache``) so a re-run installs OpenMPI & co. from the cache instead of compiling.
-A fresh clone (CI) starts with an empty cache and therefore proves the cold path.
+temporary directory; the artifact cache is persistent (``MPICTL_CACHE_DIR``; scripts/test.sh sets
+it to the machine's ``~/.cache/mpictl``, a bare pytest run falls back to ``<repo>/.mpictl/cache``)
+so a re-run installs OpenMPI & co. from the cache instead of compiling. A new machine starts with
+an empty cache and therefore proves the cold path.
 Set MPICTL_KEEP_SANDBOX=1 to keep the nodes after the session for debugging.
 """
 
