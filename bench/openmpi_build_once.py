@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -42,22 +41,9 @@ COMPILE = "Compile OpenMPI on the builder node"
 
 
 def clone_inventory(dst: Path, name: str, subnet: str, port_base: int) -> Path:
-    import yaml
+    from mpictl.sandbox import clone_inventory as clone
 
-    shutil.copytree(ROOT / "inventories" / "sandbox", dst)
-    group_vars = dst / "group_vars" / "all.yml"
-    text = group_vars.read_text()
-    text = re.sub(r"(?m)^sandbox_name:.*$", f"sandbox_name: {name}", text)
-    text = re.sub(r"(?m)^sandbox_subnet:.*$", f"sandbox_subnet: {subnet}", text)
-    group_vars.write_text(text)
-    hosts_file = dst / "hosts.yml"
-    data = yaml.safe_load(hosts_file.read_text())
-    prefix = subnet.rsplit(".", 1)[0]
-    for index, host in enumerate(data["all"]["children"]["mpi_nodes"]["hosts"]):
-        data["all"]["children"]["mpi_nodes"]["hosts"][host]["ansible_port"] = port_base + index
-        data["all"]["children"]["mpi_nodes"]["hosts"][host]["sandbox_ip"] = f"{prefix}.{11 + index}"
-    hosts_file.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dst
+    return clone(dst, name, subnet, port_base)
 
 
 def event_time(event: dict[str, Any], key: str) -> float | None:

@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "mpictl-bench"
@@ -35,19 +31,9 @@ PORT_BASE = 2191
 
 
 def clone_inventory(dst: Path) -> Path:
-    shutil.copytree(ROOT / "inventories" / "sandbox", dst)
-    group_vars = dst / "group_vars" / "all.yml"
-    text = group_vars.read_text()
-    text = re.sub(r"(?m)^sandbox_name:.*$", f"sandbox_name: {NAME}", text)
-    text = re.sub(r"(?m)^sandbox_subnet:.*$", f"sandbox_subnet: {SUBNET}", text)
-    group_vars.write_text(text)
-    hosts_file = dst / "hosts.yml"
-    data = yaml.safe_load(hosts_file.read_text())
-    for index, host in enumerate(data["all"]["children"]["mpi_nodes"]["hosts"].values()):
-        host["ansible_port"] = PORT_BASE + index
-        host["sandbox_ip"] = f"{SUBNET.rsplit('.', 1)[0]}.{11 + index}"
-    hosts_file.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dst
+    from mpictl.sandbox import clone_inventory as clone
+
+    return clone(dst, NAME, SUBNET, PORT_BASE)
 
 
 def mpictl(*args: str, env: dict[str, str]) -> float:

@@ -731,6 +731,34 @@ def pinned_by_port(known_hosts: str) -> dict[int, list[str]]:
 # Public API
 
 
+def clone_inventory(dst: Path, name: str, subnet: str, port_base: int) -> Path:
+    """Copy ``inventories/sandbox`` to ``dst`` as an independent sandbox.
+
+    Hosts keep their names; ``sandbox_name`` and ``sandbox_subnet`` are replaced, and host i
+    gets ``ansible_port`` ``port_base + i`` and ``sandbox_ip`` ``.11 + i`` of ``subnet``. Tests,
+    benchmarks and parallel users run such copies side by side with the default sandbox.
+    """
+    import yaml
+
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(paths.sandbox_inventory(), dst)
+    group_vars = dst / "group_vars" / "all.yml"
+    text = group_vars.read_text()
+    text = re.sub(r"(?m)^sandbox_name:.*$", f"sandbox_name: {name}", text)
+    text = re.sub(r"(?m)^sandbox_subnet:.*$", f"sandbox_subnet: {subnet}", text)
+    group_vars.write_text(text)
+    hosts_file = dst / "hosts.yml"
+    data = yaml.safe_load(hosts_file.read_text())
+    prefix = subnet.rsplit(".", 1)[0]
+    hosts = data["all"]["children"]["mpi_nodes"]["hosts"]
+    for index, host in enumerate(hosts):
+        hosts[host]["ansible_port"] = port_base + index
+        hosts[host]["sandbox_ip"] = f"{prefix}.{11 + index}"
+    hosts_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dst
+
+
 def status(inventory: Path) -> list[NodeState]:
     """Every node of the sandbox with its container state."""
     spec = read_sandbox(inventory)

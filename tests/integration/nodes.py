@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
-
-import yaml
 
 from mpictl import paths
 from mpictl.inventory import Cluster, Node, load_inventory
@@ -17,28 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def clone_sandbox_inventory(dst: Path, name: str, subnet: str, port_base: int) -> Path:
-    """A copy of inventories/sandbox that describes an independent sandbox.
+    """A copy of inventories/sandbox that describes an independent sandbox."""
+    from mpictl.sandbox import clone_inventory
 
-    Hosts keep their names; ``sandbox_name``, ``sandbox_subnet``, ``ansible_port`` (port_base,
-    port_base+1, ...) and ``sandbox_ip`` (.11, .12, ... of ``subnet``) are replaced.
-    """
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(ROOT / "inventories" / "sandbox", dst)
-    group_vars = dst / "group_vars" / "all.yml"
-    text = group_vars.read_text()
-    text = re.sub(r"(?m)^sandbox_name:.*$", f"sandbox_name: {name}", text)
-    text = re.sub(r"(?m)^sandbox_subnet:.*$", f"sandbox_subnet: {subnet}", text)
-    group_vars.write_text(text)
-    hosts_file = dst / "hosts.yml"
-    data = yaml.safe_load(hosts_file.read_text())
-    prefix = subnet.rsplit(".", 1)[0]
-    hosts = data["all"]["children"]["mpi_nodes"]["hosts"]
-    for index, host in enumerate(hosts):
-        hosts[host]["ansible_port"] = port_base + index
-        hosts[host]["sandbox_ip"] = f"{prefix}.{11 + index}"
-    hosts_file.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dst
+    return clone_inventory(dst, name, subnet, port_base)
 
 
 def ssh_base(node: Node, user: str | None = None, key: str | None = None) -> list[str]:
