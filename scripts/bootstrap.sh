@@ -27,4 +27,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[test]'
   touch "$stamp"
 fi
-echo "bootstrap: ready ($(.venv/bin/mpictl version), $(.venv/bin/ansible --version | head -1))"
+echo "bootstrap: ready (mpictl $(.venv/bin/mpictl version), $(.venv/bin/ansible --version | sed -n 1p))"
