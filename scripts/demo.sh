@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
+# Built artifacts are cached per machine (as in scripts/test.sh): a second clone, or the test
+# suite, installs what an earlier run compiled.
+export MPICTL_CACHE_DIR=${MPICTL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpictl}
 
 # The controller downloads sources into its cache (nodes never reach the internet) and writes a
 # vars file that points the roles at them.
