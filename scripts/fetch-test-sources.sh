@@ -42,6 +42,12 @@ sha256() { sha256sum "$1" | cut -d' ' -f1; }
 
 _VARS=()
 emit_var() { _VARS+=("$1: \"$2\""); }
+# emit_source PREFIX VERSION FILE: the variables pointing a role at a source in the cache.
+emit_source() {
+  emit_var "$1_version" "$2"
+  emit_var "$1_source_local" "$3"
+  emit_var "$1_source_sha256" "$(sha256 "$3")"
+}
 
 # --- apt helpers -----------------------------------------------------------------------------
 _APT_TMP=""
@@ -122,27 +128,28 @@ fetch_openmpi() {
     mv "$orig" "$file.part" && mv "$file.part" "$file"
     rm -rf "$work"
   fi
-  emit_var openmpi_version "$OPENMPI_VERSION"
-  emit_var openmpi_source_local "$file"
-  emit_var openmpi_source_sha256 "$(sha256 "$file")"
+  emit_source openmpi "$OPENMPI_VERSION" "$file"
 }
 
-fetch_mpi4py() {
-  local file="$DEST/mpi4py-${MPI4PY_VERSION}.tar.gz"
+# fetch_sdist PREFIX NAME VERSION NO_BINARY: NAME==VERSION's sdist from PyPI into $DEST (once),
+# then its variables. NO_BINARY is pip's --no-binary value: just NAME keeps its build deps
+# (setuptools, wheel) as wheels, which is faster.
+fetch_sdist() {
+  local prefix="$1" name="$2" version="$3" no_binary="$4"
+  local file="$DEST/${name}-${version}.tar.gz"
   if [[ ! -s "$file" ]]; then
-    log "downloading mpi4py $MPI4PY_VERSION sdist"
+    log "downloading $name $version sdist"
     local work
-    work="$(mktemp -d "$DEST/.mpi4py.XXXXXX")"
-    # --no-binary for mpi4py only: its build deps (setuptools, wheel) come as wheels, fast.
-    python3 -m pip download --quiet --no-deps --no-binary mpi4py --dest "$work" \
-      "mpi4py==${MPI4PY_VERSION}" || { rm -rf "$work"; die "pip download mpi4py failed"; }
-    mv "$work/mpi4py-${MPI4PY_VERSION}.tar.gz" "$file.part" && mv "$file.part" "$file"
+    work="$(mktemp -d "$DEST/.${name}.XXXXXX")"
+    python3 -m pip download --quiet --no-deps --no-binary "$no_binary" --dest "$work" \
+      "${name}==${version}" || { rm -rf "$work"; die "pip download $name failed"; }
+    mv "$work/${name}-${version}.tar.gz" "$file.part" && mv "$file.part" "$file"
     rm -rf "$work"
   fi
-  emit_var mpi4py_version "$MPI4PY_VERSION"
-  emit_var mpi4py_source_local "$file"
-  emit_var mpi4py_source_sha256 "$(sha256 "$file")"
+  emit_source "$prefix" "$version" "$file"
 }
+
+fetch_mpi4py() { fetch_sdist mpi4py mpi4py "$MPI4PY_VERSION" mpi4py; }
 
 fetch_nccl() {
   local file="$DEST/nvidia-nccl_${NCCL_VERSION}.orig.tar.gz"
@@ -163,26 +170,10 @@ fetch_nccl() {
     mv "$orig" "$file.part" && mv "$file.part" "$file"
     rm -rf "$work"
   fi
-  emit_var nccl_version "$NCCL_VERSION"
-  emit_var nccl_source_local "$file"
-  emit_var nccl_source_sha256 "$(sha256 "$file")"
+  emit_source nccl "$NCCL_VERSION" "$file"
 }
 
-fetch_horovod() {
-  local file="$DEST/horovod-${HOROVOD_VERSION}.tar.gz"
-  if [[ ! -s "$file" ]]; then
-    log "downloading horovod $HOROVOD_VERSION sdist"
-    local work
-    work="$(mktemp -d "$DEST/.horovod.XXXXXX")"
-    python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$work" \
-      "horovod==${HOROVOD_VERSION}" || { rm -rf "$work"; die "pip download horovod failed"; }
-    mv "$work/horovod-${HOROVOD_VERSION}.tar.gz" "$file.part" && mv "$file.part" "$file"
-    rm -rf "$work"
-  fi
-  emit_var horovod_version "$HOROVOD_VERSION"
-  emit_var horovod_source_local "$file"
-  emit_var horovod_source_sha256 "$(sha256 "$file")"
-}
+fetch_horovod() { fetch_sdist horovod horovod "$HOROVOD_VERSION" :all:; }
 
 # The CPU torch wheel lies on this machine (TORCH_WHEELHOUSE); the horovod role downloads torch's
 # and Horovod's pure-Python dependencies itself (controller side) into the cache.
