@@ -156,11 +156,6 @@ class _FactCache:
         return _untag(data) if isinstance(data, dict) else {}
 
 
-def load_cached_facts(host: str, facts_dir: Path | None = None) -> dict[str, Any]:
-    """The facts Ansible's jsonfile cache holds for ``host`` ({} when none)."""
-    return _FactCache(facts_dir or paths.facts_dir()).get(host)
-
-
 def _untag(value: Any) -> Any:
     """Strip ansible-core 2.19's data tags (``{"__ansible_type": ..., "value": v}``) off values."""
     if isinstance(value, dict):
