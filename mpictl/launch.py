@@ -281,8 +281,11 @@ def plan(
         argv += ["--hostfile", remote.HOSTFILE]
     argv += ["-np", str(ranks), "--bind-to", "none", "--map-by", mapping]
     argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
-    argv += ["--mca", "pml", "ob1", "--mca", "btl", "^openib"]
     user_mca = {k for k, _ in mca}
+    # Defaults a user's own --mca of the same key replaces (mpirun refuses a key given twice).
+    for key, value in (("pml", "ob1"), ("btl", "^openib")):
+        if key not in user_mca:
+            argv += ["--mca", key, value]
     if (
         network is not None
         and "btl_tcp_if_include" not in user_mca

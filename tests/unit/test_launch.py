@@ -77,6 +77,13 @@ def test_user_interface_choice_wins_over_derived() -> None:
     assert opt_value(p.mpirun, "--mca", "btl_tcp_if_include") == ["ib0"]
 
 
+def test_user_mca_replaces_the_default_of_the_same_key() -> None:
+    # mpirun refuses a key given twice with different values ("listed more than once").
+    p = build(mca=["btl=tcp,self", "pml=ucx"])
+    assert opt_value(p.mpirun, "--mca", "btl") == ["tcp,self"]
+    assert opt_value(p.mpirun, "--mca", "pml") == ["ucx"]
+
+
 def test_ppn_defaults_np_to_ppn_times_hosts() -> None:
     assert build(ppn=1).ranks == 3
 
