@@ -56,7 +56,13 @@ class HeadSSH:
         return cls(node=cluster.head, user=mpi_user(cluster), key=key)
 
     def argv(self, command: str, *, tty: bool = False, connect_timeout: int = 10) -> list[str]:
-        """ssh argv that runs ``command`` (a remote shell command line) on the head."""
+        """ssh argv that runs ``command`` (a remote shell command line) on the head.
+
+        Keepalives end the session when the head stops answering for 2 minutes (10 s x 12): a
+        busy head (ranks polling every core) can stall its sshd for tens of seconds, and a
+        shorter limit ended healthy jobs. LogLevel=INFO keeps ssh's own reason ("Timeout, server
+        not responding", "Connection closed") in the job's output instead of a bare exit 255.
+        """
         return [
             "ssh",
             *(["-tt"] if tty else ["-T"]),
@@ -69,11 +75,11 @@ class HeadSSH:
             "-o",
             f"ConnectTimeout={connect_timeout}",
             "-o",
-            "ServerAliveInterval=5",
+            "ServerAliveInterval=10",
             "-o",
-            "ServerAliveCountMax=3",
+            "ServerAliveCountMax=12",
             "-o",
-            "LogLevel=ERROR",
+            "LogLevel=INFO",
             *shlex.split(self.node.ssh_common_args),
             "-l",
             self.user,
@@ -125,7 +131,7 @@ spec = json.loads(sys.stdin.readline())
 program = sys.stdin.read()
 def one(host):
     cmd = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-           "-o", "ConnectTimeout=%d" % spec["connect_timeout"], "-o", "LogLevel=ERROR",
+           "-o", "ConnectTimeout=%d" % spec["connect_timeout"], "-o", "LogLevel=INFO",
            host, spec["command"]]
     try:
         p = subprocess.run(cmd, input=program, capture_output=True, text=True,
