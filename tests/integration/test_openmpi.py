@@ -103,8 +103,7 @@ def test_mpirun_as_mpi_user_reaches_all_three_nodes(
     first_provision: runner.RunResult, cluster: Any
 ) -> None:
     head = cluster.nodes[0]
-    # --map-by node: one rank per node (each sandbox node has 2 slots, so by-slot mapping would
-    # put two ranks on the head).
+    # --map-by node: one rank per node, whatever mpi_slots says.
     proc = ssh_mpi(head, "mpirun --hostfile /etc/mpictl/hostfile --map-by node -np 3 hostname")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(proc.stdout.split()) == ["node1", "node2", "node3"]

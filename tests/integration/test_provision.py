@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,14 +57,23 @@ def test_nodes_reach_each_other_by_hostname(
 
 
 def test_slot_defaults_come_from_the_fact_cache(
-    first_provision: runner.RunResult, inventory: Path
+    first_provision: runner.RunResult, inventory: Path, tmp_path: Path
 ) -> None:
-    cluster = load_inventory(inventory)
+    # The sandbox inventory sets mpi_slots: 1; a copy without it falls back to the facts the
+    # provision cached (same host names, same state directory).
+    assert {n.slots_source for n in load_inventory(inventory).nodes} == {"mpi_slots"}
+    copy = tmp_path / "inventory"
+    shutil.copytree(inventory, copy)
+    group_vars = copy / "group_vars" / "all.yml"
+    text = group_vars.read_text()
+    assert "\nmpi_slots: 1\n" in text
+    group_vars.write_text(text.replace("\nmpi_slots: 1\n", "\n"))
+    cluster = load_inventory(copy)
     for node in cluster.nodes:
         assert node.slots_source == "vcpus"
         assert node.slots == node.facts["ansible_processor_vcpus"]
         assert node.facts["mpi_gpu_count"] in (0, "0")
-    proc = mpictl("hostfile", "-i", str(inventory))
+    proc = mpictl("hostfile", "-i", str(copy))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "".join(f"{n.name} slots={n.slots}\n" for n in cluster.nodes)
 
