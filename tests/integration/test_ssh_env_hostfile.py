@@ -235,6 +235,9 @@ def test_changed_host_key_is_refused_then_recovered(
         ),
         ({"mpi_user": "Bad User!"}, "mpi_user"),
         ({"mpi_env_extra_paths": ["opt/relative/bin"]}, "opt/relative/bin"),
+        # roles that run after OpenMPI is installed: their settings are checked up front too
+        ({"nccl_make_args": ["not a make variable"]}, "nccl_make_args"),
+        ({"horovod_gpu_operations": "MPI"}, "horovod_gpu_operations"),
     ],
 )
 def test_bad_variables_fail_before_any_node_changes(
