@@ -268,10 +268,20 @@ class _InventoryVars:
         return self._by_groups[key]
 
     def get(self, host: Any) -> dict[str, Any]:
+        """The host's variables; a group_vars/host_vars file that does not parse is an
+        InventoryError naming the inventory and Ansible's first line of the reason."""
+        from ansible.errors import AnsibleError
         from ansible.utils.vars import combine_vars
 
-        data = combine_vars(self._group_vars(host), host.get_vars())
-        return combine_vars(data, self._plugins([host]))
+        try:
+            data = combine_vars(self._group_vars(host), host.get_vars())
+            return combine_vars(data, self._plugins([host]))
+        except AnsibleError as exc:
+            reason = _first_line(getattr(exc, "message", None) or str(exc))
+            source = ", ".join(self.manager._sources)
+            raise InventoryError(
+                f"{source}: cannot read the variables of host '{host.name}': {reason}"
+            ) from None
 
 
 def _template(loader: Any, variables: Mapping[str, Any], value: Any) -> Any:

@@ -57,7 +57,21 @@ def test_inventory_without_mpi_nodes(tmp_path: Path) -> None:
 def test_duplicate_host(tmp_path: Path) -> None:
     inv = tmp_path / "inv.yml"
     inv.write_text("mpi_nodes:\n  hosts:\n    a: {mpi_slots: 1}\n    a: {mpi_slots: 2}\n")
-    assert_one_line_error(run_cli("hostfile", "-i", str(inv)), "inv.yml")
+    assert_one_line_error(run_cli("hostfile", "-i", str(inv)), "inv.yml", "duplicate", "'a'")
+
+
+def test_two_hosts_with_one_address(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yml"
+    inv.write_text("mpi_nodes:\n  hosts:\n    a: {mpi_address: x}\n    b: {mpi_address: x}\n")
+    assert_one_line_error(run_cli("hostfile", "-i", str(inv)), "inv.yml", "duplicate", "'x'")
+
+
+def test_unparsable_group_vars_file(tmp_path: Path) -> None:
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "hosts.yml").write_text("mpi_nodes:\n  hosts:\n    a: {mpi_slots: 2}\n")
+    (tmp_path / "group_vars" / "mpi_nodes.yml").write_text("mpi_slots: [\n")
+    proc = run_cli("hostfile", "-i", str(tmp_path))
+    assert_one_line_error(proc, str(tmp_path), "host 'a'", "YAML")
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "four"])
