@@ -12,7 +12,11 @@ from mpictl.inventory import Cluster, load_inventory
 
 
 def parse_extravars(pairs: list[str]) -> dict[str, Any]:
-    """``-e k=v`` pairs and ``-e @file.yml`` files, parsed as YAML like ansible-playbook."""
+    """``-e`` values as ansible-playbook reads them: ``@file.yml``, an inline YAML/JSON mapping
+    (``{"k": [1, 2]}``), or ``k=v [k2=v2 ...]`` whose values stay strings (``-e x=0.30`` is the
+    string ``0.30``, not the number 0.3)."""
+    import shlex
+
     import yaml
 
     out: dict[str, Any] = {}
@@ -20,13 +24,23 @@ def parse_extravars(pairs: list[str]) -> dict[str, Any]:
         if pair.startswith("@"):
             out.update(_vars_file(Path(pair[1:])))
             continue
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise UsageError(f"-e expects key=value with a variable name as key, got '{pair}'")
+        if pair.lstrip().startswith("{"):
+            try:
+                data = yaml.safe_load(pair)
+            except yaml.YAMLError as exc:
+                raise UsageError(f"-e {pair}: not valid YAML: {str(exc).splitlines()[0]}") from None
+            if not isinstance(data, dict):
+                raise UsageError(f"-e {pair}: expected a mapping of variables")
+            out.update(data)
+            continue
         try:
-            out[key] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
+            words = shlex.split(pair)
+        except ValueError as exc:
+            raise UsageError(f"-e {pair}: {exc}") from None
+        for word in words or [pair]:
+            key, sep, value = word.partition("=")
+            if not sep or not key.isidentifier():
+                raise UsageError(f"-e expects key=value with a variable name as key, got '{pair}'")
             out[key] = value
     return out
 

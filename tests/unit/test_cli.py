@@ -109,3 +109,32 @@ def test_bad_extra_vars(data: Path) -> None:
 def test_missing_extra_vars_file(data: Path, tmp_path: Path) -> None:
     proc = run_cli("provision", "-i", str(data / "cluster.ini"), "-e", f"@{tmp_path}/none.yml")
     assert_one_line_error(proc, "none.yml")
+
+
+def test_extra_vars_like_ansible_playbook(tmp_path: Path) -> None:
+    from mpictl.provision import parse_extravars
+
+    vars_file = tmp_path / "v.yml"
+    vars_file.write_text("nccl_cuda_archs: ['90']\n")
+    got = parse_extravars(
+        [
+            "horovod_version=0.30",
+            "mpi_ssh_strict_host_key_checking=no a=1 b='two words'",
+            '{"nccl_make_args": ["ONLY_FUNCS=AllReduce Sum f32 * *"]}',
+            f"@{vars_file}",
+        ]
+    )
+    assert got == {
+        "horovod_version": "0.30",
+        "mpi_ssh_strict_host_key_checking": "no",
+        "a": "1",
+        "b": "two words",
+        "nccl_make_args": ["ONLY_FUNCS=AllReduce Sum f32 * *"],
+        "nccl_cuda_archs": ["90"],
+    }
+
+
+@pytest.mark.parametrize("value", ["{not: [closed", "{}x: y", "a=1 =2"])
+def test_bad_inline_extra_vars(data: Path, value: str) -> None:
+    proc = run_cli("provision", "-i", str(data / "cluster.ini"), "-e", value)
+    assert_one_line_error(proc, "-e")
