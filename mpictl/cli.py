@@ -78,7 +78,7 @@ def provision(
         on_event=ui.ProgressPrinter(),
     )
     ui.console.print(ui.recap_table(result))
-    ui.console.print(f"artifacts: {result.private_data_dir}")
+    ui.console.print(f"artifacts: {result.private_data_dir}", markup=False)
     if not result.ok:
         raise ProvisionError(ui.failure_summary(result))
 

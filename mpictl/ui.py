@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mpictl.runner import RESULT_EVENTS, RunResult
@@ -17,8 +18,12 @@ STYLES = {
     "skipped": "cyan",
 }
 
+DEBUG_ACTIONS = ("debug", "ansible.builtin.debug", "ansible.legacy.debug")
+
 console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+err_DEBUG_ACTIONS = ("debug", "ansible.builtin.debug", "ansible.legacy.debug")
+
+console = Console(stderr=True, highlight=False)
 
 
 def _result_message(res: Any) -> str:
@@ -45,9 +50,9 @@ class ProgressPrinter:
         kind = event.get("event", "")
         data = event.get("event_data", {})
         if kind == "playbook_on_play_start":
-            self.out.print(f"[bold]PLAY[/bold] {data.get('play', '')}")
+            self.out.print(f"[bold]PLAY[/bold] {escape(str(data.get('play', '')))}")
         elif kind == "playbook_on_task_start":
-            self.out.print(f"  [dim]TASK[/dim] {data.get('task', '')}")
+            self.out.print(f"  [dim]TASK[/dim] {escape(str(data.get('task', '')))}")
         elif kind in RESULT_EVENTS:
             status = RESULT_EVENTS[kind]
             res = data.get("res") or {}
@@ -57,14 +62,22 @@ class ProgressPrinter:
                 return
             if status == "failed" and data.get("ignore_errors"):
                 status = "failed (ignored)"
-            line = f"    {data.get('host', '')}: [{STYLES.get(status, 'red')}]{status}[/]"
+            line = (
+                f"    {escape(str(data.get('host', '')))}: [{STYLES.get(status, 'red')}]{status}[/]"
+            )
             if status in ("failed", "unreachable"):
                 message = _result_message(res)
                 if message:
-                    line += f" - {message}"
+                    line += f" - {escape(message)}"
+            elif data.get("task_action") in DEBUG_ACTIONS and isinstance(res, dict):
+                # A debug task is the roles' way to tell the operator something (the
+                # StrictHostKeyChecking=no warning, a component skipped): show its message.
+                message = str(res.get("msg") or "").strip()
+                if message:
+                    line += f" - {escape(message)}"
             self.out.print(line, markup=True, soft_wrap=True)
         elif kind == "warning":
-            self.out.print(f"  [yellow]WARNING[/] {event.get('stdout', '').strip()}")
+            self.out.print(f"  [yellow]WARNING[/] {escape(event.get('stdout', '').strip())}")
 
 
 def recap_table(result: RunResult) -> Table:

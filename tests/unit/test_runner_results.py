@@ -51,3 +51,61 @@ def test_failure_summary_is_one_line_with_the_task_message() -> None:
     line = failure_summary(result(EVENTS))
     assert "\n" not in line
     assert line == "provision failed (rc=2) on: n3: n3: Configure: boom | last line"
+
+
+def _printed(events: list[dict]) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from mpictl.ui import ProgressPrinter
+
+    buf = StringIO()
+    printer = ProgressPrinter(out=Console(file=buf, width=400, color_system=None))
+    for event in events:
+        printer(event)
+    return buf.getvalue()
+
+
+def test_progress_shows_failure_messages_with_brackets_verbatim() -> None:
+    out = _printed(
+        [
+            {"event": "playbook_on_task_start", "event_data": {"task": "Copy [x] to /etc"}},
+            {
+                "event": "runner_on_failed",
+                "event_data": {
+                    "host": "node2",
+                    "res": {"msg": "[Errno 2] No such file: [/etc/foo]"},
+                },
+            },
+        ]
+    )
+    assert "TASK Copy [x] to /etc" in out
+    assert "node2: failed - [Errno 2] No such file: [/etc/foo]" in out
+
+
+def test_progress_shows_debug_messages_of_roles() -> None:
+    warning = "WARNING: mpi_ssh_strict_host_key_checking=no: ssh trusts any host key"
+    out = _printed(
+        [
+            {
+                "event": "runner_on_ok",
+                "event_data": {
+                    "host": "node1",
+                    "task_action": "ansible.builtin.debug",
+                    "res": {"msg": warning, "changed": False},
+                },
+            },
+            {
+                "event": "runner_on_ok",
+                "event_data": {
+                    "host": "node1",
+                    "task_action": "ansible.builtin.command",
+                    "res": {"msg": "", "stdout": "secret-ish output", "changed": True},
+                },
+            },
+        ]
+    )
+    assert f"node1: ok - {warning}" in out
+    assert "node1: changed\n" in out
+    assert "secret-ish" not in out
