@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +258,27 @@ def test_bad_variables_fail_before_any_node_changes(
     msg = str(failures[0].result.get("msg", ""))
     assert message in msg and "\n" not in msg.strip(), msg
     assert watched_checksums(cluster) == before
+
+
+def test_host_key_policy_modes_through_the_cli(cluster: Cluster, inventory: Path) -> None:
+    """`no` (classic guides) and `accept-new` are honoured, `no` warns in mpictl's own output,
+    and `yes` (the default) restores pinned-only checking. The key never reaches the output."""
+    key_body = [ln for ln in cluster_key().read_text().splitlines() if not ln.startswith("-----")]
+    targets = [n.name for n in cluster.nodes]
+    for mode in ("no", "accept-new", "yes"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "mpictl", "provision", "-i", str(inventory)]
+            + ["--playbook", "ssh.yml", "-e", f"mpi_ssh_strict_host_key_checking={mode}"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        assert not any(chunk in proc.stdout + proc.stderr for chunk in key_body)
+        warned = "WARNING: mpi_ssh_strict_host_key_checking=no" in proc.stdout
+        assert warned == (mode == "no"), proc.stdout[-3000:]
+        for node in cluster.nodes:
+            config = root(node, "cat /home/mpi/.ssh/config")
+            assert f"StrictHostKeyChecking {mode}\n" in config
+            assert ("UserKnownHostsFile /dev/null" in config) == (mode == "no")
+        assert mesh_report(cluster.nodes[0], targets) == {t: "OK" for t in targets}
