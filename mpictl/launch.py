@@ -297,6 +297,11 @@ def plan(
     argv += ["--tag-output"]
     argv += ["-x", f"MPICTL_JOB_ID={job_id}"]
     user_env = {item.split("=", 1)[0] for item in env}
+    # NCCL picks the first interface it likes, often docker0 or a management NIC; name the
+    # one MPI uses. Passed on every job (nothing reads it where NCCL is absent), so the job
+    # record shows exactly what ran, and a user's own -x NCCL_SOCKET_IFNAME wins.
+    if network is not None and "NCCL_SOCKET_IFNAME" not in user_env:
+        argv += ["-x", f"NCCL_SOCKET_IFNAME={network.nccl_socket_ifname}"]
     if options.torch:
         if network is not None and len(network.names) == 1 and "GLOO_SOCKET_IFNAME" not in user_env:
             argv += ["-x", f"GLOO_SOCKET_IFNAME={network.names[0]}"]
@@ -323,16 +328,11 @@ def plan(
 
 # Runs on the head as the MPI user: `bash -c SESSION mpictl-job N MPIRUN_OPTS... -- CMD...`.
 # Job control (set -m) puts mpirun in a process group of its own; the watcher waits for EOF on
-# the SSH channel (stdin) and then ends that group. NCCL_SOCKET_IFNAME is added where NCCL is
-# installed (the nodes are uniform; doctor checks it).
+# the SSH channel (stdin) and then ends that group.
 SESSION_SCRIPT = r"""
 set -m
 n=$1; shift
 opts=("${@:1:n}"); shift "$n"
-if [ -n "${MPICTL_NCCL_IFNAME:-}" ] && \
-   { /sbin/ldconfig -p 2>/dev/null || ldconfig -p 2>/dev/null; } | grep -q 'libnccl\.so'; then
-  opts+=(-x "NCCL_SOCKET_IFNAME=$MPICTL_NCCL_IFNAME")
-fi
 command -v mpirun >/dev/null 2>&1 || {
   echo "mpictl: mpirun not found on $(hostname) in PATH=$PATH (run mpictl provision)" >&2
   exit 127
@@ -406,12 +406,9 @@ class JobResult:
 
 def session_command(plan: LaunchPlan) -> str:
     """The remote shell command line that runs ``plan`` on the head (any POSIX login shell)."""
-    env = []
-    if plan.network is not None:
-        env = [f"MPICTL_NCCL_IFNAME={plan.network.nccl_socket_ifname}"]
     opts = plan.mpirun[1:]
-    args = [*env, "bash", "-c", SESSION_SCRIPT, "mpictl-job", str(len(opts)), *opts, *plan.command]
-    return "exec env " + shlex.join(args)
+    args = ["bash", "-c", SESSION_SCRIPT, "mpictl-job", str(len(opts)), *opts, *plan.command]
+    return "exec " + shlex.join(args)
 
 
 def cleanup(head: remote.HeadSSH, job_id: str, hosts: Sequence[str]) -> CleanupReport:

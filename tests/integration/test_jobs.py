@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -239,6 +240,13 @@ def test_run_streams_output_records_the_job_and_keeps_the_exit_code(
     assert record["end"] >= record["start"]
     logs = mpictl("jobs", "logs", job, check=True).stdout
     assert all(h in logs for h in hostnames)
+    # MPI's TCP interface comes from the nodes' facts, and NCCL is told the same one.
+    argv = shlex.split(record["mpirun"])
+    iface = argv[argv.index("btl_tcp_if_include") + 1]
+    assert f"NCCL_SOCKET_IFNAME={iface}" in argv
+    env = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", "sh", "-c",
+                 'echo "$NCCL_SOCKET_IFNAME"', check=True)  # fmt: skip
+    assert [line.rsplit(":", 1)[-1].strip() for line in env.stdout.splitlines()] == [iface] * 3
     sub = mpictl("run", "-i", str(inventory), "--hosts", "node2,node3", "-np", "2", "--", "sh",
                  "-c", "exit 3")  # fmt: skip
     assert sub.returncode == 3

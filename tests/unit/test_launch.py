@@ -54,6 +54,14 @@ def test_default_command_uses_hostfile_all_slots_and_classic_flags() -> None:
     assert p.hosts == [("node1", 2), ("node2", 2), ("node3", 2)]
 
 
+def test_nccl_socket_ifname_names_the_mpi_interface_unless_the_user_does() -> None:
+    assert "NCCL_SOCKET_IFNAME=eth0" in opt_value(build().mpirun, "-x")
+    own = opt_value(build(env=["NCCL_SOCKET_IFNAME=ib0"]).mpirun, "-x")
+    assert [x for x in own if x.startswith("NCCL_SOCKET_IFNAME")] == ["NCCL_SOCKET_IFNAME=ib0"]
+    no_facts = launch.plan(three(), launch.LaunchOptions(command=CMD), "J1", None)
+    assert not [x for x in opt_value(no_facts.mpirun, "-x") if x.startswith("NCCL_")]
+
+
 def test_np_ppn_hosts_env_mca_oversubscribe() -> None:
     p = build(
         np=4,
