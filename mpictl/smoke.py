@@ -187,7 +187,8 @@ def preflight(
     cmd = f"{remote.VENV_PYTHON} - " + " ".join([*files, *modules])
     outputs = remote.run_on_nodes(head, hosts, cmd, PREFLIGHT, timeout=120)
     errors: list[str] = []
-    horovod_missing: list[str] = []
+    horovod_missing: dict[str, str] = {}  # node -> why horovod.torch does not import
+    horovod_ok: list[str] = []
     for node in cluster.nodes:
         out = outputs.get(node.address)
         if out is None or out.rc == 255:
@@ -214,9 +215,21 @@ def preflight(
                 f"{node.name}: mpi4py does not import ({mods.get('mpi4py')}); "
                 "fix: `mpictl provision` (mpi4py role)"
             )
-        if "horovod.torch" in mods and mods["horovod.torch"] != "ok":
-            horovod_missing.append(f"{node.name}: {mods['horovod.torch']}")
-    skip = {"horovod": "; ".join(horovod_missing)} if horovod_missing else {}
+        if "horovod.torch" in mods:
+            if mods["horovod.torch"] == "ok":
+                horovod_ok.append(node.name)
+            else:
+                horovod_missing[node.name] = mods["horovod.torch"]
+    if horovod_missing and horovod_ok:
+        # Installed on some nodes only: a broken node, not a cluster without Horovod.
+        errors += [
+            f"{name}: Horovod does not import ({why}) while {', '.join(horovod_ok)} have it; "
+            "fix: `mpictl provision` (horovod role)"
+            for name, why in horovod_missing.items()
+        ]
+    skip = {}
+    if horovod_missing:
+        skip["horovod"] = "; ".join(f"{name}: {why}" for name, why in horovod_missing.items())
     return errors, skip
 
 

@@ -364,3 +364,44 @@ def test_failed_nodes_come_from_errors_and_failed_tests() -> None:
     results = smoke.parse_results(OUTPUT, "mpi")
     report = smoke.SmokeReport(results=results, errors=["node7: cannot ssh from node1 as mpi"])
     assert report.failed_nodes == ["n2", "node7"]
+
+
+def _preflight_with(monkeypatch, horovod: dict[str, str]):  # type: ignore[no-untyped-def]
+    """smoke.preflight against fake node answers: horovod.torch's import result per node."""
+    import json as _json
+
+    from mpictl import remote
+    from tests.unit.jobside import three
+
+    def fake(head, hosts, command, program="", **kw):  # type: ignore[no-untyped-def]
+        return {
+            h: remote.NodeOutput(
+                h,
+                0,
+                _json.dumps(
+                    {"missing": [], "modules": {"mpi4py": "ok", "horovod.torch": horovod[h]}}
+                )
+                + "\n",
+                "",
+            )  # fmt: skip
+            for h in hosts
+        }
+
+    monkeypatch.setattr(remote, "run_on_nodes", fake)
+    return smoke.preflight(three(), None, ["mpi", "horovod"])  # type: ignore[arg-type]
+
+
+def test_smoke_preflight_horovod_on_no_node_is_a_skip(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    missing = "ModuleNotFoundError: No module named 'horovod'"
+    errors, skip = _preflight_with(monkeypatch, dict.fromkeys(("node1", "node2", "node3"), missing))
+    assert errors == []
+    assert skip["horovod"].startswith(f"node1: {missing}")
+
+
+def test_smoke_preflight_horovod_on_some_nodes_names_the_broken_one(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    broken = "ImportError: libtorch_cpu.so: cannot open shared object file"
+    errors, _ = _preflight_with(monkeypatch, {"node1": "ok", "node2": broken, "node3": "ok"})
+    assert errors == [
+        f"node2: Horovod does not import ({broken}) while node1, node3 have it; "
+        "fix: `mpictl provision` (horovod role)"
+    ]
