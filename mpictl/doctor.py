@@ -5,8 +5,8 @@
    and ``StrictHostKeyChecking=yes`` (exactly how mpirun starts remote daemons). The probe reports,
    as one JSON object: PATH and LD_LIBRARY_PATH of that non-interactive session, where mpirun and
    prted are, the versions of OpenMPI, mpi4py, Horovod, NCCL, the build-fingerprint markers under
-   /opt, the IPv4 networks, TCP reachability of every other node's SSH port, cores, GPUs, the
-   hostfile and the job side's tools.
+   /opt and beside the NCCL the linker finds, the IPv4 networks, TCP reachability of every other
+   node's SSH port, cores, GPUs, the hostfile and the job side's tools.
 3. :func:`evaluate` (pure, unit-tested) turns the probes into checks.
 """
 
@@ -104,6 +104,12 @@ for line in so.splitlines():
         real = os.path.realpath(line.split("=>")[-1].strip())
         m = re.search(r"libnccl\.so\.([\d.]+)$", real)
         v["nccl"] = m.group(1) if m else real
+        marker = os.path.join(os.path.dirname(os.path.dirname(real)), ".mpictl-fingerprint")
+        if os.path.isfile(marker):
+            try:
+                markers[marker] = open(marker).read().strip()[:200]
+            except OSError as exc:
+                markers[marker] = "unreadable: %s" % exc
         break
 try:
     out["cores"] = len(os.sched_getaffinity(0))

@@ -112,6 +112,13 @@ def test_doctor_passes_on_the_healthy_cluster(inventory: Path, cluster: Cluster)
     checks = {c["check"] for c in report["checks"]}
     assert {"ssh from head", "non-interactive env", "openmpi version", "common network"} <= checks
     assert {"tcp reachability", "slots"} <= checks
+    # Every build-once component's fingerprint is compared across the nodes.
+    fingerprints = {c["check"] for c in report["checks"] if c["check"].startswith("fingerprint ")}
+    components = {"/opt/openmpi/", "/opt/mpictl/venv/"}
+    if Path("/usr/local/cuda").is_dir():  # the sandbox builds NCCL where CUDA is mounted
+        components.add("/usr/local/nccl-")
+    for component in components:
+        assert any(component in f for f in fingerprints), (component, fingerprints)
 
 
 # ----------------------------------------------------------------------------- run
