@@ -115,3 +115,33 @@ def second_provision(
     result = provision_run(inventory, source_vars)
     assert result.ok, describe_failures(result)
     return result
+
+
+def assert_built_once(
+    result: runner.RunResult, component: str, compile_task: str, install_task: str
+) -> list[str]:
+    """The build-once contract of ``component`` (a build_once_name) in a fresh sandbox's first
+    provision: every node looked its artifact up in the controller cache; on a cold cache exactly
+    one node compiled (and only it ran the build tasks), on a warm one none did; every node then
+    installed from the artifact. Returns the hosts that compiled.
+
+    The cache is shared with other runs, so what the run itself saw decides cold or warm."""
+
+    def ran(task: str) -> list[str]:
+        return sorted(r.host for r in result.task_results(task) if r.status in ("ok", "changed"))
+
+    lookup = f"Look up the artifact in the controller cache for {component}"
+    lookups = [r for r in result.task_results(lookup) if r.status == "ok"]
+    nodes = sorted(r.host for r in lookups)
+    assert nodes == ["node1", "node2", "node3"], f"{component}: lookups on {nodes}"
+    cold = any(not r.result.get("stat", {}).get("exists") for r in lookups)
+    compiled_on = ran(compile_task)
+    if cold:
+        assert len(compiled_on) == 1, f"{component}: cold cache, compiles on {compiled_on}"
+        include = f"Run the build tasks on the builder node for {component}"
+        builders = sorted(r.host for r in result.task_results(include) if r.status != "skipped")
+        assert builders == compiled_on, f"{component}: build tasks ran on {builders}"
+    else:
+        assert compiled_on == [], f"{component}: compiled although cached: {compiled_on}"
+    assert ran(install_task) == nodes, f"{component}: installed on {ran(install_task)}"
+    return compiled_on

@@ -18,12 +18,15 @@ import pytest
 
 from mpictl import paths, runner
 from mpictl.inventory import Cluster, load_inventory
+from tests.integration.conftest import assert_built_once
 from tests.integration.nodes import ssh, ssh_mpi
 
 NCCL_PREFIX = "/usr/local/nccl-{version}"
 VENV = "/opt/mpictl/venv"
 NCCL_COMPILE_TASK = "Compile NCCL on the builder node"
 HOROVOD_BUILD_TASK = "Compile Horovod on the builder node"
+NCCL_INSTALL_TASK = "Unpack the NCCL install tree from the artifact"
+HOROVOD_INSTALL_TASK = "Install the Horovod wheel into the venv"
 
 # One JSON line per rank: what each collective returned on that rank.
 HOROVOD_PROGRAM = r"""
@@ -65,8 +68,7 @@ def test_nccl_compiled_once_and_installed_on_every_node(
 ) -> None:
     if not _cuda_sandbox():
         pytest.skip("no CUDA toolkit at /usr/local/cuda on this host: the sandbox has no NCCL")
-    compiles = _ran(first_provision, NCCL_COMPILE_TASK)
-    assert len(compiles) <= 1, f"NCCL compiled on {[r.host for r in compiles]}"
+    assert_built_once(first_provision, "nccl", NCCL_COMPILE_TASK, NCCL_INSTALL_TASK)
     prefix = _nccl_prefix(source_vars)
     versions, markers = set(), set()
     for node in _cluster(inventory).nodes:
@@ -97,8 +99,7 @@ def test_nccl_compiled_once_and_installed_on_every_node(
 def test_horovod_built_once_and_check_build_lists_pytorch_and_mpi(
     first_provision: runner.RunResult, inventory: Path
 ) -> None:
-    builds = _ran(first_provision, HOROVOD_BUILD_TASK)
-    assert len(builds) <= 1, f"Horovod built on {[r.host for r in builds]}"
+    assert_built_once(first_provision, "horovod", HOROVOD_BUILD_TASK, HOROVOD_INSTALL_TASK)
     markers = set()
     for node in _cluster(inventory).nodes:
         proc = ssh(node, f"{VENV}/bin/horovodrun --check-build")

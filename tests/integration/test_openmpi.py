@@ -15,14 +15,12 @@ from typing import Any
 import pytest
 
 from mpictl import paths, runner
-from tests.integration.conftest import describe_failures, provision_run
+from tests.integration.conftest import assert_built_once, describe_failures, provision_run
 from tests.integration.nodes import load, ssh, ssh_mpi
 
 COMPILE_TASK = "Compile OpenMPI on the builder node"
 CONFIGURE_TASK = "Configure OpenMPI on the builder node"
-BUILD_INCLUDE = "Run the build tasks on the builder node for openmpi"
 UNPACK_TASK = "Unpack the OpenMPI install tree from the artifact"
-LOOKUP_TASK = "Look up the artifact in the controller cache for openmpi"
 OUR_ROLES = ("roles/openmpi/", "roles/mpi4py/", "roles/build_once/")
 
 MPI4PY_SCRIPT = (
@@ -61,27 +59,11 @@ def cluster(inventory: Path) -> Any:
 def test_fresh_provision_compiles_exactly_once_on_a_cold_cache_and_never_when_cached(
     first_provision: runner.RunResult, cluster: Any
 ) -> None:
-    compiled_on = runs_of(first_provision, COMPILE_TASK)
+    compiled_on = assert_built_once(first_provision, "openmpi", COMPILE_TASK, UNPACK_TASK)
     assert compiled_on == runs_of(first_provision, CONFIGURE_TASK)
-    # What the run itself saw in the controller cache (the cache is shared with other runs, so
-    # file times prove nothing): every fresh node looked its artifact up.
-    lookups = [r for r in first_provision.task_results(LOOKUP_TASK) if r.status == "ok"]
-    assert sorted(r.host for r in lookups) == ["node1", "node2", "node3"]
-    cold = any(not r.result.get("stat", {}).get("exists") for r in lookups)
-    if cold:
-        # Exactly one compile for the cluster, on one builder node; the others skipped it.
-        assert len(compiled_on) == 1, f"compiles: {compiled_on}"
-        included = [
-            r.host for r in first_provision.task_results(BUILD_INCLUDE) if r.status != "skipped"
-        ]
-        assert included == compiled_on
-    else:
-        assert compiled_on == [], f"compiled although cached: {compiled_on}"
     marker = ssh(cluster.nodes[0], "cat /opt/openmpi/5.0.7/.mpictl-fingerprint").stdout.strip()
     cached = paths.cache_dir() / "artifacts" / "openmpi" / f"{marker}.tar.gz.sha256"
     assert cached.is_file(), f"no OpenMPI artifact {cached} in the controller cache"
-    # Every node of the fresh sandbox installed from the artifact (the builder included).
-    assert runs_of(first_provision, UNPACK_TASK) == ["node1", "node2", "node3"]
 
 
 def test_every_node_has_the_same_openmpi_and_marker(
