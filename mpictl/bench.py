@@ -24,6 +24,7 @@ from mpictl.inventory import Cluster
 MIN_BYTES = 8
 MAX_BYTES = 256 * 1024 * 1024
 REPORT_BYTES = 64 * 1024 * 1024
+RESULTS_FILE = "bench.json"
 IPERF_PORT = 5201
 IPERF_SECONDS = 3
 
@@ -72,6 +73,7 @@ class BenchReport:
     link_pair: tuple[str, str] | None = None
     link_error: str = ""
     job_id: str = ""
+    results_path: Path | None = None  # bench.json in the job record's directory
 
     def at(self, nbytes: int) -> Point | None:
         return next((p for p in self.points if p.bytes == nbytes), None)
@@ -221,6 +223,9 @@ def run_bench(
         report.link_gbps, report.link_pair = measure_link(cluster, head)
     except JobError as exc:
         report.link_error = str(exc)
+    # The figures stay with the job record: `mpictl jobs show` finds the run, this file its results.
+    report.results_path = record.directory / RESULTS_FILE
+    report.results_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
 
 

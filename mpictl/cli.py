@@ -393,7 +393,16 @@ def bench(
     if plot is not None:
         bench_mod.plot(report, plot)
     if as_json:
-        typer.echo(json.dumps({**report.to_json(), "plot": str(plot) if plot else None}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    **report.to_json(),
+                    "plot": str(plot) if plot else None,
+                    "results": str(report.results_path),
+                },
+                indent=2,
+            )
+        )
         return
     table = Table(title=f"allreduce, {report.points[0].ranks} ranks on {', '.join(report.hosts)}")
     for column in ("size", "latency (us)", "algbw (GB/s)", "busbw (GB/s)"):
@@ -404,6 +413,7 @@ def bench(
     typer.echo(bench_mod.summary(report))
     if plot is not None:
         typer.echo(f"plot: {plot}")
+    typer.echo(f"results: {report.results_path}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,7 @@ STYLES = {
 DEBUG_ACTIONS = ("debug", "ansible.builtin.debug", "ansible.legacy.debug")
 
 console = Console(highlight=False)
-err_DEBUG_ACTIONS = ("debug", "ansible.builtin.debug", "ansible.legacy.debug")
-
-console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False)
 
 
 def _result_message(res: Any) -> str:

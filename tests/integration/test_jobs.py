@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -286,16 +287,24 @@ def test_bench_table_png_busbw_and_link_limit(
     inventory: Path, cluster: Cluster, tmp_path: Path
 ) -> None:
     png = tmp_path / "bench.png"
-    proc = mpictl("bench", "-i", str(inventory), "--plot", str(png), "--json", timeout=900)
+    proc = mpictl("bench", "-i", str(inventory), "--plot", str(png), timeout=900)
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
-    sizes = [p["bytes"] for p in data["points"]]
-    assert sizes[0] == 8 and sizes[-1] == 256 * 1024 * 1024
+    # The table: one row per power of two from 8 B to 256 MiB, then the summary line.
+    assert "busbw (GB/s)" in proc.stdout
+    sizes = re.findall(r"^\W*(\d+ (?:B|KiB|MiB)) ", proc.stdout, re.M)
+    assert len(sizes) == 26 and sizes[0] == "8 B" and sizes[-1] == "256 MiB", sizes
+    assert "busbw at 64 MiB: " in proc.stdout and "(iperf3): " in proc.stdout, proc.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The figures are kept with the job record.
+    results = Path(next(ln for ln in proc.stdout.splitlines() if ln.startswith("results: "))[9:])
+    data = json.loads(results.read_text())
+    assert results.parent.name == data["job"]
+    sizes_b = [p["bytes"] for p in data["points"]]
+    assert sizes_b == [8 * 2**i for i in range(26)]
     assert all(p["ok"] and p["busbw_GBps"] > 0 for p in data["points"][1:])
     assert data["busbw_64MiB_GBps"] > 0
     assert data["link"]["GBps"] and data["link"]["GBps"] > 0
     assert data["ratio_64MiB"] > 0
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(
         f"\nbench: busbw@64MiB={data['busbw_64MiB_GBps']:.3f} GB/s, "
         f"iperf3={data['link']['GBps']:.3f} GB/s, ratio={data['ratio_64MiB']:.2f}"

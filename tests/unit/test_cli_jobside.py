@@ -62,3 +62,29 @@ def test_jobs_show_unknown(capsys: pytest.CaptureFixture[str]) -> None:
 def test_jobs_list_empty(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["jobs", "list", "--json"]) == 0
     assert capsys.readouterr().out.strip() == "[]"
+
+
+def test_bench_prints_the_table_summary_and_where_results_are(
+    inv: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mpictl import bench
+
+    points = [bench.Point(bytes=b, iters=5, time_s=b / 1e9, ok=True, ranks=3) for b in (8, 2**26)]
+    report = bench.BenchReport(
+        points=points,
+        hosts=["a", "b", "c"],
+        link_gbps=2.0,
+        link_pair=("a", "b"),
+        job_id="J9",
+        results_path=tmp_path / "J9" / "bench.json",
+    )
+    monkeypatch.setattr(bench, "run_bench", lambda cluster, **kw: report)
+    assert cli.main(["bench", "-i", str(inv)]) == 0
+    out = capfd.readouterr().out
+    assert "allreduce, 3 ranks on a, b, c" in out
+    assert "busbw (GB/s)" in out
+    lines = out.splitlines()
+    assert any(" 8 B " in ln and "1.333" in ln for ln in lines), out
+    assert any("64 MiB" in ln and "67,108.9" in ln and "1.333" in ln for ln in lines), out
+    assert "busbw at 64 MiB: 1.333 GB/s; TCP link a->b (iperf3): 2.000 GB/s" in out
+    assert f"results: {tmp_path / 'J9' / 'bench.json'}" in out
