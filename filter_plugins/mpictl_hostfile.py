@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
+
+try:
+    import mpictl  # noqa: F401
+except ImportError:
+    # Plain `ansible-playbook` from a checkout, with an Ansible that does not have the mpictl
+    # package installed: the package lives beside this directory.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def mpictl_hostfile(hosts: list[str], hostvars: Any, fmt: str = "openmpi") -> str:

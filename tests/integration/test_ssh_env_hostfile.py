@@ -282,3 +282,52 @@ def test_host_key_policy_modes_through_the_cli(cluster: Cluster, inventory: Path
             assert f"StrictHostKeyChecking {mode}\n" in config
             assert ("UserKnownHostsFile /dev/null" in config) == (mode == "no")
         assert mesh_report(cluster.nodes[0], targets) == {t: "OK" for t in targets}
+
+
+def test_hostfile_playbook_alone_with_plain_ansible_playbook(
+    cluster: Cluster, inventory: Path, tmp_path: Path
+) -> None:
+    """Ops teams run the playbooks without mpictl: `ansible-playbook` from the checkout, with no
+    PYTHONPATH or ANSIBLE_CONFIG. hostfile.yml alone, on an inventory without mpi_slots, writes
+    the slots `mpictl hostfile` derives from the same facts (its own validation play gathers
+    them); then the original inventory's hostfile is restored the same way."""
+    import shutil
+
+    copy = tmp_path / "inventory"
+    shutil.copytree(inventory, copy)
+    group_vars = copy / "group_vars" / "all.yml"
+    group_vars.write_text(group_vars.read_text().replace("\nmpi_slots: 1\n", "\n"))
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": str(Path.home()),
+        "LANG": "C.UTF-8",
+        "MPICTL_STATE_DIR": str(paths.state_dir()),
+    }
+
+    def ansible_playbook(inv: Path) -> None:
+        proc = subprocess.run(
+            ["ansible-playbook", "-i", str(inv), "playbooks/hostfile.yml"],
+            cwd=paths.project_root(),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+    def on_nodes() -> set[str]:
+        texts = {root(n, "cat /etc/mpictl/hostfile") for n in cluster.nodes}
+        return {"".join(f"{ln}\n" for ln in t.splitlines() if ln[:1] != "#") for t in texts}
+
+    ansible_playbook(copy)
+    derived = subprocess.run(
+        [sys.executable, "-m", "mpictl", "hostfile", "-i", str(copy)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    vcpus = load(copy).nodes[0].facts.get("ansible_processor_vcpus")
+    assert derived.splitlines()[0] == f"node1 slots={vcpus}", derived
+    assert on_nodes() == {derived}
+    ansible_playbook(inventory)
+    assert on_nodes() == {"node1 slots=1\nnode2 slots=1\nnode3 slots=1\n"}
