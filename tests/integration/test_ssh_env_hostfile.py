@@ -158,9 +158,12 @@ def test_hostfile_is_the_cli_hostfile(cluster: Cluster, inventory: Path) -> None
 def test_non_interactive_ssh_sees_contributed_directories(
     cluster: Cluster, inventory: Path
 ) -> None:
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    # A line of the site's own in /etc/environment: the role must leave it as it is.
+    root(b, "echo MPICTL_IT_KEEP=kept >> /etc/environment")
     result = runner.run_playbook(DUMMY_PLAY, inventory)
     assert result.ok, describe_failures(result)
-    a, b = cluster.nodes[0], cluster.nodes[1]
+    assert "MPICTL_IT_KEEP=kept" in root(b, "cat /etc/environment").splitlines()
     proc = ssh_mpi(a, f"ssh -o BatchMode=yes {b.name} env")
     assert proc.returncode == 0, proc.stderr
     env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
@@ -168,11 +171,13 @@ def test_non_interactive_ssh_sees_contributed_directories(
     assert DUMMY_BIN in path and "/usr/bin" in path
     assert path.index(DUMMY_BIN) < path.index("/usr/bin")
     assert DUMMY_LIB in env["LD_LIBRARY_PATH"].split(":")
+    assert env["MPICTL_IT_KEEP"] == "kept"
     # The linker sees it too, and the other lines of /etc/environment are untouched.
     assert DUMMY_LIB in root(b, "cat /etc/ld.so.conf.d/mpictl.conf").splitlines()
     # Re-running the contribution changes nothing.
     again = runner.run_playbook(DUMMY_PLAY, inventory)
     assert again.ok and not again.changed_tasks(), [t.task for t in again.changed_tasks()]
+    root(b, "sed -i '/^MPICTL_IT_KEEP=/d' /etc/environment")
 
 
 def test_second_provision_changes_nothing_in_these_roles(
