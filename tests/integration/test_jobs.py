@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from mpictl import smoke
 from mpictl.inventory import Cluster
 from tests.integration.nodes import ROOT, load, ssh
 
@@ -55,18 +56,26 @@ def job_id_of(stderr: str) -> str:
 
 
 def leftovers(cluster: Cluster, job_id: str) -> dict[str, str]:
-    """Per node, the processes that still carry the job's id in their environment (as root)."""
+    """Per node, what is left of a finished job (as root): processes that carry its id in their
+    environment (ranks and their children), and any mpirun or PRRTE daemon of the MPI user
+    (the tests run one job at a time). Daemons get 5 s to finish exiting."""
     probe = (
         "for e in /proc/[0-9]*/environ; do "
         f"tr '\\0' '\\n' < $e 2>/dev/null | grep -qx 'MPICTL_JOB_ID={job_id}' && "
-        'p=${e%/environ}; echo "${p#/proc/} $(tr "\\0" " " < $p/cmdline)"; done; true'
+        'p=${e%/environ}; echo "${p#/proc/} $(tr "\\0" " " < $p/cmdline)"; done; '
+        "pgrep -u mpi -a -x 'prted|mpirun|prterun'; true"
     )
-    out = {}
-    for node in cluster.nodes:
-        proc = ssh(node, probe)
-        assert proc.returncode == 0, proc.stderr
-        if proc.stdout.strip():
-            out[node.name] = proc.stdout.strip()
+    out: dict[str, str] = {}
+    for _ in range(5):
+        out = {}
+        for node in cluster.nodes:
+            proc = ssh(node, probe)
+            assert proc.returncode == 0, proc.stderr
+            if proc.stdout.strip():
+                out[node.name] = proc.stdout.strip()
+        if not out:
+            break
+        time.sleep(1)
     return out
 
 
@@ -278,6 +287,22 @@ def test_bad_run_input_fails_before_anything_starts(
     assert proc.stderr.count("\n") == 1 and message in proc.stderr
     after = {p.name for p in (Path(os.environ["MPICTL_STATE_DIR"]) / "jobs").glob("*")}
     assert after == before
+
+
+def test_smoke_program_fails_when_its_ranks_stay_on_one_host(
+    inventory: Path, cluster: Cluster
+) -> None:
+    """A pass must prove cross-node traffic: the same program on one host fails every test."""
+    proc = mpictl("run", "-i", str(inventory), "--hosts", "node2", "-np", "2",
+                  "--oversubscribe", "--", VENV_PY, "-u",
+                  "/opt/mpictl/share/jobs/smoke_mpi.py", timeout=300)  # fmt: skip
+    assert proc.returncode != 0, proc.stdout
+    results = smoke.parse_results(proc.stdout, "mpi")
+    assert len(results) == len(smoke.MPI_TESTS), proc.stdout
+    hostname = ssh(cluster.node("node2"), "hostname").stdout.strip()
+    for r in results:
+        assert not r.ok and r.hosts == [hostname], r
+        assert "did not cross nodes" in r.failures[-1]["error"], r
 
 
 # ----------------------------------------------------------------------------- bench
