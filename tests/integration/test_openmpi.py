@@ -160,3 +160,38 @@ def test_corrupt_checksum_fails_before_configure_and_installs_nothing(
     assert changed == [], [(r.host, r.task) for r in changed]
     for node in cluster.nodes:
         assert ssh(node, f"test ! -e {prefix}").returncode == 0, node.name
+
+
+def test_failed_build_shows_the_log_and_installs_nothing(
+    second_provision: runner.RunResult,
+    inventory: Path,
+    cluster: Any,
+    source_vars: dict[str, Any],
+) -> None:
+    """configure fails (a compiler that cannot run): the run shows where the build log is and
+    its last lines, and no node gets the new prefix, nor any cached artifact appears."""
+    prefix = "/opt/openmpi/failed-build-test"
+    artifacts = paths.cache_dir() / "artifacts" / "openmpi"
+    cached_before = sorted(artifacts.iterdir())
+    bad = {
+        **source_vars,
+        "openmpi_configure_extra_flags": ["CC=/bin/false"],
+        "openmpi_prefix": prefix,
+    }
+    result = provision_run(inventory, bad)
+    assert not result.ok
+    failed = [r for r in result.task_results() if r.status == "failed" and not r.ignore_errors]
+    # configure's own failure (rescued) and the rescue's message, both on the builder only
+    assert {(r.host, r.task) for r in failed} <= {
+        ("node1", CONFIGURE_TASK),
+        ("node1", "Fail with the end of the OpenMPI build log"),
+    }, [(r.host, r.task) for r in failed]
+    assert failed and failed[-1].task == "Fail with the end of the OpenMPI build log"
+    msg = str(failed[-1].result.get("msg", ""))
+    assert "OpenMPI build failed in task 'Configure OpenMPI on the builder node'" in msg, msg
+    assert "/build.log on node1" in msg, msg
+    assert "C compiler cannot create executables" in msg, msg
+    assert runs_of(result, COMPILE_TASK) == [] and runs_of(result, UNPACK_TASK) == []
+    for node in cluster.nodes:
+        assert ssh(node, f"test ! -e {prefix}").returncode == 0, node.name
+    assert sorted(artifacts.iterdir()) == cached_before
