@@ -42,11 +42,26 @@ sha256() { sha256sum "$1" | cut -d' ' -f1; }
 
 _VARS=()
 emit_var() { _VARS+=("$1: \"$2\""); }
-# emit_source PREFIX VERSION FILE: the variables pointing a role at a source in the cache.
+# role_default PREFIX VAR: a scalar default of roles/PREFIX (e.g. nccl_version), unquoted.
+role_default() {
+  sed -n "s/^$2: *\"\{0,1\}\([^\"]*\)\"\{0,1\} *$/\1/p" "$ROOT/roles/$1/defaults/main.yml"
+}
+# emit_source PREFIX VERSION FILE [pinned]: the variables pointing a role at a source in the
+# cache. With "pinned", a file of the role's default version must have the sha256 the role pins
+# (the released file, not whatever a mirror served first); Debian's repacked OpenMPI orig tarball
+# is the one source that cannot match upstream's checksum.
 emit_source() {
+  local sum
+  sum="$(sha256 "$3")"
+  if [[ "${4:-}" == pinned && "$2" == "$(role_default "$1" "$1_version")" ]]; then
+    local want
+    want="$(role_default "$1" "$1_source_sha256")"
+    [[ "$sum" == "$want" ]] \
+      || die "$3 has sha256 $sum, but roles/$1 pins $want for $1 $2; remove the file and retry"
+  fi
   emit_var "$1_version" "$2"
   emit_var "$1_source_local" "$3"
-  emit_var "$1_source_sha256" "$(sha256 "$3")"
+  emit_var "$1_source_sha256" "$sum"
 }
 
 # --- apt helpers -----------------------------------------------------------------------------
@@ -146,7 +161,7 @@ fetch_sdist() {
     mv "$work/${name}-${version}.tar.gz" "$file.part" && mv "$file.part" "$file"
     rm -rf "$work"
   fi
-  emit_source "$prefix" "$version" "$file"
+  emit_source "$prefix" "$version" "$file" pinned
 }
 
 fetch_mpi4py() { fetch_sdist mpi4py mpi4py "$MPI4PY_VERSION" mpi4py; }
@@ -170,7 +185,7 @@ fetch_nccl() {
     mv "$orig" "$file.part" && mv "$file.part" "$file"
     rm -rf "$work"
   fi
-  emit_source nccl "$NCCL_VERSION" "$file"
+  emit_source nccl "$NCCL_VERSION" "$file" pinned
 }
 
 fetch_horovod() { fetch_sdist horovod horovod "$HOROVOD_VERSION" :all:; }
