@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +88,35 @@ def test_cli_provision_prints_recap_and_exit_code(
     assert "Recap" in proc.stdout
     for host in ("node1", "node2", "node3"):
         assert host in proc.stdout
+
+
+def test_cli_provision_names_an_unreachable_node(
+    first_provision: runner.RunResult, inventory: Path, tmp_path: Path
+) -> None:
+    """A node that does not answer: exit 1, the recap counts it unreachable, and the one error
+    line names it; the reachable nodes are not reported as failed."""
+    copy = tmp_path / "inventory"
+    shutil.copytree(inventory, copy)
+    hosts = copy / "hosts.yml"
+    text = hosts.read_text()
+    assert "\n    mpi_head:" in text
+    hosts.write_text(
+        text.replace(
+            "\n    mpi_head:",
+            "\n        node4:\n          ansible_port: 2199\n          sandbox_ip: 10.89.41.14"
+            "\n    mpi_head:",
+            1,
+        )
+    )
+    assert [n.name for n in load_inventory(copy).nodes] == ["node1", "node2", "node3", "node4"]
+    proc = mpictl("provision", "-i", str(copy), "--playbook", "validate.yml")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mpictl: error: provision failed"), err
+    assert "node4" in err[0] and "node1" not in err[0], err
+    row = next(ln for ln in proc.stdout.splitlines() if re.match(r"^\W*node4\W+\d", ln))
+    cells = [c.strip() for c in re.split(r"[│|┃]", row) if c.strip()]
+    assert cells[0] == "node4" and cells[4] == "1", row  # host ok changed failed unreachable
 
 
 def test_second_provision_is_refused_while_one_runs(
