@@ -5,10 +5,12 @@ python bench/openmpi_build_once.py [--playbook site.yml] [--keep]
 1. Brings up a fresh 3-node sandbox of its own (default name ``bench-openmpi``) with a COLD
    artifact cache (a temporary MPICTL_CACHE_DIR; the sources come from the shared cache through
    scripts/fetch-test-sources.sh), so OpenMPI must compile.
-2. Provisions it: ratio = wall time of the whole provision / one OpenMPI build on one node in the
-   same run (from the events: start of "Copy the OpenMPI source to the builder node" to the end of
-   "Pack the OpenMPI install tree into the artifact"). Target <= 1.25; compiling on every node
-   would be ~3 on this 2-core machine.
+2. Provisions it: ratio = wall time of the provision up to the end of its OpenMPI tasks
+   (validation, SSH mesh, environment, hostfile, OpenMPI: issue 4's provision) / one OpenMPI
+   build on one node in the same run (from the events: start of "Copy the OpenMPI source to the
+   builder node" to the end of "Pack the OpenMPI install tree into the artifact"). Target <= 1.25;
+   compiling on every node would be ~3 on this 2-core machine. ``ratio_whole_site`` divides the
+   whole site.yml (mpi4py, Horovod's build, the job tools too) by the same build.
 3. Provisions again with nothing changed: wall time (target <= 30 s) and changed count.
 
 Prints a summary and writes JSON to bench/out/openmpi_build_once.json.
@@ -70,6 +72,41 @@ def build_span(events: list[dict[str, Any]]) -> tuple[float, list[str]]:
     return end - start, compiled_on
 
 
+def openmpi_done(events: list[dict[str, Any]]) -> float:
+    """Seconds from the run's first event to the end of its last OpenMPI task (the provision
+    issue 4 measures: validation, SSH mesh, environment, hostfile and OpenMPI)."""
+    times = [datetime.fromisoformat(e["created"]).timestamp() for e in events if e.get("created")]
+    ends = [
+        event_time(e, "end")
+        for e in events
+        if e.get("event") in ("runner_on_ok", "runner_on_skipped")
+        and "/roles/openmpi/" in str(e.get("event_data", {}).get("task_path", ""))
+    ]
+    ends = [t for t in ends if t is not None]
+    if not ends:
+        raise SystemExit("no OpenMPI task in this run")
+    return max(ends) - min(times)
+
+
+def figures(
+    fresh_s: float, events: list[dict[str, Any]], again_s: float, again_changed: int
+) -> dict[str, Any]:
+    build_s, compiled_on = build_span(events)
+    if len(compiled_on) != 1:
+        raise SystemExit(f"expected exactly one OpenMPI compile, got {compiled_on}")
+    through_openmpi_s = openmpi_done(events)
+    return {
+        "fresh_provision_s": round(fresh_s, 1),
+        "provision_through_openmpi_s": round(through_openmpi_s, 1),
+        "openmpi_build_on_one_node_s": round(build_s, 1),
+        "ratio": round(through_openmpi_s / build_s, 3),
+        "ratio_whole_site": round(fresh_s / build_s, 3),
+        "compiled_on": compiled_on,
+        "noop_rerun_s": round(again_s, 1),
+        "noop_rerun_changed": again_changed,
+    }
+
+
 def load_run(run_dir: Path) -> tuple[float, list[dict[str, Any]], int]:
     """Wall time, events and changed count of a finished ansible-runner run directory."""
     events_dir = run_dir / "artifacts" / "run" / "job_events"
@@ -88,24 +125,21 @@ def report(result: dict[str, Any]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "openmpi_build_once.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    print(f"ratio target <= 1.25: {'met' if result['ratio'] <= 1.25 else 'NOT met'}")
-    met = result["noop_rerun_s"] <= 30
-    print(f"no-change re-run target <= 30 s: {'met' if met else 'NOT met'}")
+    print(
+        "ratio (provision through OpenMPI / one build) target <= 1.25: "
+        f"{'met' if result['ratio'] <= 1.25 else 'NOT met'}"
+    )
+    met = result["noop_rerun_s"] <= 30 and result["noop_rerun_changed"] == 0
+    print(f"no-change re-run target <= 30 s and changed=0: {'met' if met else 'NOT met'}")
 
 
 def from_runs(fresh_dir: Path, again_dir: Path) -> None:
     fresh_s, fresh_events, _ = load_run(fresh_dir)
-    build_s, compiled_on = build_span(fresh_events)
     again_s, _, again_changed = load_run(again_dir)
     report(
         {
             "source": f"runs {fresh_dir.name} and {again_dir.name}",
-            "fresh_provision_s": round(fresh_s, 1),
-            "openmpi_build_on_one_node_s": round(build_s, 1),
-            "ratio": round(fresh_s / build_s, 3),
-            "compiled_on": compiled_on,
-            "noop_rerun_s": round(again_s, 1),
-            "noop_rerun_changed": again_changed,
+            **figures(fresh_s, fresh_events, again_s, again_changed),
         }
     )
 
@@ -146,7 +180,6 @@ def main() -> None:
         _, fresh = provision.provision(inv, playbook=args.playbook, extravars=source_vars)
         if not fresh.ok:
             raise SystemExit(f"fresh provision failed: rc={fresh.rc} {fresh.private_data_dir}")
-        build_s, compiled_on = build_span(fresh.events)
         _, again = provision.provision(inv, playbook=args.playbook, extravars=source_vars)
         if not again.ok:
             raise SystemExit(f"second provision failed: rc={again.rc} {again.private_data_dir}")
@@ -156,12 +189,12 @@ def main() -> None:
     report(
         {
             "source": f"fresh sandbox {args.name}, playbook {args.playbook}",
-            "fresh_provision_s": round(fresh.duration_s, 1),
-            "openmpi_build_on_one_node_s": round(build_s, 1),
-            "ratio": round(fresh.duration_s / build_s, 3),
-            "compiled_on": compiled_on,
-            "noop_rerun_s": round(again.duration_s, 1),
-            "noop_rerun_changed": sum(s.changed for s in again.stats.values()),
+            **figures(
+                fresh.duration_s,
+                fresh.events,
+                again.duration_s,
+                sum(s.changed for s in again.stats.values()),
+            ),
         }
     )
     shutil.rmtree(work, ignore_errors=True)
