@@ -1,0 +1,134 @@
+"""Benchmark: how long each from-source build takes on this machine (issue 5's figures).
+
+python bench/build_times.py --from-run RUN_DIR
+    The compile time of every component built in a finished provision (an ansible-runner
+    private data dir under <state>/runs/, e.g. a fresh sandbox's first provision on a cold
+    cache): the duration of each "Compile <Component> on the builder node" task (NCCL with the
+    kernel subset the sandbox and the tests use; OpenMPI's configure is reported beside it).
+
+python bench/build_times.py --nccl [--only-funcs SPEC] [--arch 90] [--jobs N]
+    NCCL's `make src.build` on this machine, exactly as the nccl role runs it on a builder node
+    (CUDA_HOME, NVCC_GENCODE for one architecture, PREFIX), from the source tarball in the
+    controller cache: the full build by default, or the ONLY_FUNCS subset. Needs nvcc
+    (/usr/local/cuda), no GPU.
+
+Each mode prints its figures and writes JSON to bench/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+COMPONENTS = ("OpenMPI", "mpi4py", "NCCL", "Horovod")
+EXTRA_TASKS = {"OpenMPI configure": "Configure OpenMPI on the builder node"}
+SUBSET = "AllReduce Sum f32 * *|SendRecv"
+
+
+def write(name: str, result: dict[str, Any]) -> None:
+    out = ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+def task_seconds(events: list[dict[str, Any]], task: str) -> dict[str, float]:
+    """host -> seconds of ``task`` in a run's events (only hosts where it ran)."""
+    out = {}
+    for event in events:
+        data = event.get("event_data", {})
+        if event.get("event") != "runner_on_ok" or not str(data.get("task", "")).endswith(task):
+            continue
+        start, end = data.get("start"), data.get("end")
+        if start and end:
+            seconds = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+            out[str(data.get("host"))] = round(seconds.total_seconds(), 1)
+    return out
+
+
+def from_run(run_dir: Path) -> None:
+    events_dir = run_dir / "artifacts" / "run" / "job_events"
+    events = [json.loads(p.read_text()) for p in events_dir.glob("*.json")]
+    if not events:
+        raise SystemExit(f"no events under {events_dir}")
+    tasks = {c: f"Compile {c} on the builder node" for c in COMPONENTS} | EXTRA_TASKS
+    result: dict[str, Any] = {"source": str(run_dir.name), "seconds": {}}
+    for label, task in tasks.items():
+        per_host = task_seconds(events, task)
+        result["seconds"][label] = per_host or "not compiled in this run (cached or skipped)"
+    write("build_times_from_run", result)
+
+
+def nccl_build(only_funcs: str | None, arch: str, jobs: int) -> None:
+    from mpictl import paths
+
+    cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    if not (cuda / "bin" / "nvcc").is_file():
+        raise SystemExit(f"no nvcc under {cuda}: NCCL cannot be compiled here")
+    tarballs = sorted((paths.cache_dir() / "sources").glob("nvidia-nccl_*.orig.tar.*"))
+    if not tarballs:
+        raise SystemExit("no NCCL source in the cache: run scripts/fetch-test-sources.sh first")
+    gencode = f"-gencode=arch=compute_{arch},code=sm_{arch}"
+    with tempfile.TemporaryDirectory(prefix="mpictl-nccl-bench-") as tmp:
+        with tarfile.open(tarballs[-1]) as tar:
+            tar.extractall(tmp, filter="tar")
+        src = next(p for p in Path(tmp).iterdir() if (p / "makefiles").is_dir())
+        argv = [
+            "make",
+            f"-j{jobs}",
+            "src.build",
+            f"CUDA_HOME={cuda}",
+            f"NVCC_GENCODE={gencode}",
+            f"PREFIX={tmp}/prefix",
+        ] + ([f"ONLY_FUNCS={only_funcs}"] if only_funcs else [])
+        print("running:", shlex.join(argv), file=sys.stderr)
+        start = time.monotonic()
+        with open(Path(tmp) / "build.log", "w") as log:
+            proc = subprocess.run(argv, cwd=src, stdout=log, stderr=subprocess.STDOUT)
+        seconds = time.monotonic() - start
+        if proc.returncode != 0:
+            tail = (Path(tmp) / "build.log").read_text(errors="replace").splitlines()[-20:]
+            raise SystemExit("NCCL build failed:\n" + "\n".join(tail))
+        lib = next((src / "build" / "lib").glob("libnccl.so.*.*"))
+        result = {
+            "source": tarballs[-1].name,
+            "kernels": f"ONLY_FUNCS={only_funcs}" if only_funcs else "all (full build)",
+            "gencode": gencode,
+            "jobs": jobs,
+            "cores": os.cpu_count(),
+            "seconds": round(seconds, 1),
+            "libnccl_MiB": round(lib.stat().st_size / 2**20, 1),
+        }
+    write("nccl_build_subset" if only_funcs else "nccl_build_full", result)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--from-run", type=Path, metavar="RUN_DIR")
+    mode.add_argument("--nccl", action="store_true")
+    parser.add_argument("--only-funcs", nargs="?", const=SUBSET, default=None)
+    parser.add_argument("--arch", default="90")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+    if args.from_run:
+        from_run(args.from_run)
+    else:
+        nccl_build(args.only_funcs, args.arch, args.jobs)
+
+
+if __name__ == "__main__":
+    main()
