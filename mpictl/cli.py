@@ -210,6 +210,13 @@ def run(
 
     def announce(plan: launch.LaunchPlan, record: object) -> None:
         print(f"mpictl: job {plan.job_id} on {cluster.head.name}: {plan.display}", file=sys.stderr)
+        if plan.network is None:
+            print(
+                "mpictl: note: no network shared by the job's nodes is known from the fact cache, "
+                "so mpirun picks interfaces itself (run `mpictl provision`, or set "
+                "mpi_network_interface per host)",
+                file=sys.stderr,
+            )
 
     result = launch.run(cluster, options, on_output=_echo_stream, on_plan=announce)
     if result.exit_code != 0:

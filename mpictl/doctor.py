@@ -372,6 +372,24 @@ def _network_checks(
                     "put every node on one subnet, or set mpi_network_interface per host",
                 )
             )
+    # mpi_network_interface overrides: the interface must exist and carry an IPv4 address there.
+    for node in cluster.nodes:
+        if not node.interface or node.name not in data:
+            continue
+        have = sorted({iface for iface, _ in data[node.name].get("ipv4", [])})
+        if str(node.interface) in have:
+            out.append(Check("network interface", node.name, True, f"{node.interface}"))
+        else:
+            out.append(
+                Check(
+                    "network interface",
+                    node.name,
+                    False,
+                    f"mpi_network_interface {node.interface} has no IPv4 address on this node "
+                    f"(it has: {', '.join(have) or '-'})",
+                    "set mpi_network_interface of this host to one of those, or remove it",
+                )
+            )
     # TCP reachability: every node reaches every other node's SSH port by its mpi_address. A
     # failure is reported on the node that could not be reached, with who tried.
     unreachable: dict[str, list[str]] = {}

@@ -248,6 +248,25 @@ def test_doctor_all_good() -> None:
     } <= names
 
 
+def test_doctor_checks_each_network_interface_override() -> None:
+    from tests.unit.jobside import cluster, facts, node
+
+    c = cluster(
+        node("node1", facts=facts("10.0.0.11"), interface="eth0"),
+        node("node2", facts=facts("10.0.0.12"), interface="ib0"),
+        node("node3", facts=facts("10.0.0.13")),
+    )
+    report = doctor.evaluate(c, outputs())
+    checks = {(x.node, x.ok) for x in report.checks if x.check == "network interface"}
+    assert checks == {("node1", True), ("node2", False)}
+    bad = next(x for x in report.failed if x.check == "network interface")
+    assert (
+        bad.detail
+        == "mpi_network_interface ib0 has no IPv4 address on this node (it has: eth0, lo)"
+    )
+    assert "mpi_network_interface" in bad.fix
+
+
 def test_doctor_names_each_broken_node_and_the_fix() -> None:
     report = doctor.evaluate(
         three(),
