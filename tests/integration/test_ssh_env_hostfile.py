@@ -244,6 +244,10 @@ def test_changed_host_key_is_refused_then_recovered(
         ({"mpi_env_extra_paths": ["opt/relative/bin"]}, "opt/relative/bin"),
         # roles that run after OpenMPI is installed: their settings are checked up front too
         ({"nccl_make_args": ["not a make variable"]}, "nccl_make_args"),
+        (
+            {"nccl_enabled": True, "nccl_cuda_home": "/nonexistent"},
+            "no CUDA toolkit at /nonexistent",
+        ),
         ({"horovod_gpu_operations": "MPI"}, "horovod_gpu_operations"),
     ],
 )
