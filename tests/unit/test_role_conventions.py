@@ -157,7 +157,37 @@ def test_tasks_use_fqcn_and_command_tasks_declare_changed_when(role: Path) -> No
                 assert "changed_when" in task, f"{where}: {module} without changed_when"
             register = task.get("register")
             if register:
-                assert str(register).startswith("__"), f"{where}: register {register} not __*"
+                prefixes = ("__" + role.name + "_",) + tuple(
+                    "__" + p for p in PREFIXES.get(role.name, ())
+                )
+                assert str(register).startswith(prefixes), (
+                    f"{where}: register {register} is not one of {prefixes}*"
+                )
+
+
+# Variables whose value is, or points at, a secret whose content a task might read or copy.
+SECRETS = ("mpi_ssh_key_path",)
+CONTENT_MODULES = {"ansible.builtin.copy", "ansible.builtin.slurp", "ansible.builtin.template"}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
+def test_tasks_that_carry_a_secret_are_no_log(role: Path) -> None:
+    """A task that copies or reads a private key must not log it (copy's diff, slurp's content)."""
+    import re
+
+    # the secret's name, not followed by ".pub" (as in "{{ key }}.pub" or key ~ '.pub')
+    private = re.compile(r"\b(" + "|".join(SECRETS) + r")\b(?!\s*(\}\})?\s*~?\s*['\"]?\.pub)")
+    for path in task_files(role):
+        for task in iter_tasks(load_yaml(path)):
+            module = module_of(task)
+            args = task.get(module) if isinstance(task.get(module), dict) else {}
+            # what a content module copies or reads, and any file lookup in any argument
+            text = " ".join(str(args.get(k, "")) for k in ("src", "content"))
+            text = text if module in CONTENT_MODULES else ""
+            text += " ".join(str(v) for v in args.values() if "lookup(" in str(v))
+            if private.search(text):
+                where = f"{path.relative_to(ROOT)}: task {task.get('name')!r}"
+                assert task.get("no_log") is True, f"{where}: handles a secret without no_log"
 
 
 @pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
