@@ -4,7 +4,8 @@
 - meta/argument_specs.yml (entry point ``main``) lists exactly the keys of defaults/main.yml
 - role variables carry the role's prefix; every defaults key is documented in the README
 - modules are called by FQCN (or are the role's own, in library/); every command/shell task
-  says ``changed_when``; registered results are named ``__*``
+  says ``changed_when``; registered results are named ``__<role prefix>*``
+- a task that copies or reads the cluster private key is ``no_log``
 - templates rendered onto nodes start with ``{{ ansible_managed | comment }}``
 """
 
