@@ -175,6 +175,15 @@ def _run(kind: str, on_event: EventHandler | None, **kwargs: Any) -> RunResult:
     )
 
 
+def with_controller(limit: str) -> str:
+    """``limit`` plus the controller: the validation plays run on localhost, and a limit that
+    left it out would skip them silently (Ansible drops plays whose hosts the limit excludes)."""
+    patterns = [p.strip() for p in limit.replace(":", ",").split(",") if p.strip()]
+    if any(p in ("localhost", "all", "*") for p in patterns):
+        return limit
+    return f"{limit},localhost"
+
+
 def run_playbook(
     playbook: Path,
     inventory: Path,
@@ -194,7 +203,7 @@ def run_playbook(
         "extravars": dict(extravars or {}),
     }
     if limit:
-        kwargs["limit"] = limit
+        kwargs["limit"] = with_controller(limit)
     if tags:
         kwargs["tags"] = tags
     if skip_tags:

@@ -119,6 +119,16 @@ def test_cli_provision_names_an_unreachable_node(
     assert cells[0] == "node4" and cells[4] == "1", row  # host ok changed failed unreachable
 
 
+def test_cli_provision_limit_keeps_the_validation_play(
+    first_provision: runner.RunResult, inventory: Path
+) -> None:
+    proc = mpictl("provision", "-i", str(inventory), "--playbook", "validate.yml", "-l", "node2")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert "TASK Check that the Ansible version is supported\n    localhost: ok" in proc.stdout
+    hosts = {ln.split(":")[0].strip() for ln in proc.stdout.splitlines() if ln.startswith("    ")}
+    assert hosts == {"localhost", "node2"}, proc.stdout
+
+
 def test_second_provision_is_refused_while_one_runs(
     first_provision: runner.RunResult, inventory: Path
 ) -> None:

@@ -109,3 +109,12 @@ def test_progress_shows_debug_messages_of_roles() -> None:
     assert f"node1: ok - {warning}" in out
     assert "node1: changed\n" in out
     assert "secret-ish" not in out
+
+
+def test_a_limit_keeps_the_controller_for_the_validation_plays() -> None:
+    from mpictl.runner import with_controller
+
+    assert with_controller("node1") == "node1,localhost"
+    assert with_controller("node1:node2") == "node1:node2,localhost"
+    assert with_controller("mpi_nodes,localhost") == "mpi_nodes,localhost"
+    assert with_controller("all") == "all"
