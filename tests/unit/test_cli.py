@@ -135,6 +135,9 @@ def test_extra_vars_like_ansible_playbook(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value", ["{not: [closed", "{}x: y", "a=1 =2"])
-def test_bad_inline_extra_vars(data: Path, value: str) -> None:
-    proc = run_cli("provision", "-i", str(data / "cluster.ini"), "-e", value)
+def test_bad_inline_extra_vars(tmp_path: Path, value: str, isolated_state: Path) -> None:
+    inv = tmp_path / "inv.yml"  # loopback only, should anything ever run
+    inv.write_text("mpi_nodes:\n  hosts:\n    n1: {ansible_host: 127.0.0.1, ansible_port: 9}\n")
+    proc = run_cli("provision", "-i", str(inv), "-e", value)
     assert_one_line_error(proc, "-e")
+    assert not (isolated_state / "runs").exists()
