@@ -113,10 +113,11 @@ def load_run(run_dir: Path) -> tuple[float, list[dict[str, Any]], int]:
     events = [json.loads(p.read_text()) for p in sorted(events_dir.glob("*.json"))]
     events.sort(key=lambda e: e.get("counter", 0))
     times = [datetime.fromisoformat(e["created"]).timestamp() for e in events if e.get("created")]
-    changed = 0
-    for event in events:
-        if event.get("event") == "playbook_on_stats":
-            changed = sum(event.get("event_data", {}).get("changed", {}).values())
+    stats = [e for e in events if e.get("event") == "playbook_on_stats"]
+    if not stats:
+        # A run still in progress would give a partial (too short) wall time.
+        raise SystemExit(f"{run_dir}: the run has not finished (no playbook_on_stats event)")
+    changed = sum(stats[-1].get("event_data", {}).get("changed", {}).values())
     return max(times) - min(times), events, changed
 
 
