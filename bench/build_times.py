@@ -60,10 +60,9 @@ def task_seconds(events: list[dict[str, Any]], task: str) -> dict[str, float]:
 
 
 def from_run(run_dir: Path) -> None:
-    events_dir = run_dir / "artifacts" / "run" / "job_events"
-    events = [json.loads(p.read_text()) for p in events_dir.glob("*.json")]
-    if not events:
-        raise SystemExit(f"no events under {events_dir}")
+    from bench.openmpi_build_once import load_run  # refuses a run that has not finished
+
+    _, events, _ = load_run(run_dir)
     tasks = {c: f"Compile {c} on the builder node" for c in COMPONENTS} | EXTRA_TASKS
     result: dict[str, Any] = {"source": str(run_dir.name), "seconds": {}}
     for label, task in tasks.items():

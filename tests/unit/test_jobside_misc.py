@@ -402,7 +402,7 @@ def _preflight_with(monkeypatch, horovod: dict[str, str]):  # type: ignore[no-un
                 )
                 + "\n",
                 "",
-            )  # fmt: skip
+            )
             for h in hosts
         }
 
