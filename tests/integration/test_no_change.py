@@ -1,0 +1,98 @@
+"""A provision with nothing to do takes the short path (issue 4: a no-change re-run of site.yml),
+and the short path still finds and repairs a node that drifted.
+
+Each role reads what it manages in one pass (raw probes: markers, checksums, modes, packages) and
+skips its writes, and the checks of what it would have written, where the node already matches.
+These tests pin that down from the runs' events, so a role that falls back to its slow path (a
+template that no longer compares equal, say) fails here rather than only in the benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mpictl import runner
+from tests.integration.conftest import describe_failures, provision_run
+from tests.integration.nodes import load, ssh
+
+NODES = ["node1", "node2", "node3"]
+
+# Tasks that write to a node (or copy to it), and the checks that follow a write: in a no-change
+# run every one of them must be skipped on every node.
+SHORT_PATH_SKIPS = (
+    "Create the MPI user with the same uid on every node",
+    "Install the cluster private key for the MPI user",
+    "Write the pinned host keys of every node",
+    "Write the MPI user's ssh client configuration",
+    "Verify passwordless SSH between the nodes",
+    "Write the hostfile of the whole cluster",
+    "Build missing artifacts and distribute them",
+    "Copy the Python packages from the controller to the node",
+    "Install PyTorch and Horovod's dependencies into the venv (no index)",
+    "Verify the Horovod build on the nodes where it changed",
+    "Install the torch wrapper and the smoke and bench programs",
+    "Verify the job side's tools",
+)
+ENV_MODULE = "Record the environment contribution and re-render PATH and LD_LIBRARY_PATH"
+
+
+def statuses(result: runner.RunResult, task: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for r in result.task_results(task):
+        out.setdefault(r.host, set()).add(r.status)
+    return out
+
+
+def test_no_change_provision_skips_every_write_and_its_check(
+    second_provision: runner.RunResult,
+) -> None:
+    assert all(s.changed == 0 for s in second_provision.stats.values()), second_provision.stats
+    for task in SHORT_PATH_SKIPS:
+        seen = statuses(second_provision, task)
+        assert sorted(seen) == NODES, f"{task}: results on {sorted(seen)}"
+        assert all(s == {"skipped"} for s in seen.values()), f"{task}: {seen}"
+    # The environment module runs once per node (the role's own re-render); the components'
+    # drop-ins already match, so their contributions are skipped.
+    ran = [r.host for r in second_provision.task_results(ENV_MODULE) if r.status != "skipped"]
+    assert sorted(ran) == NODES, ran
+
+
+def test_a_drifted_node_is_repaired_and_only_it_changes(
+    second_provision: runner.RunResult, inventory: Path, source_vars: dict[str, Any]
+) -> None:
+    node3 = next(n for n in load(inventory).nodes if n.name == "node3")
+    drift = (
+        "chmod 0644 /home/mpi/.ssh/id_ed25519"
+        " && rm /opt/mpictl/share/jobs/smoke_mpi.py"
+        " && echo 'stray slots=9' >> /etc/mpictl/hostfile"
+        " && rm /etc/mpictl/env.d/python_venv.json"
+    )
+    proc = ssh(node3, drift)
+    assert proc.returncode == 0, proc.stderr
+
+    result = provision_run(inventory, source_vars)
+    assert result.ok, describe_failures(result)
+    changed = sorted({r.host for r in result.changed_tasks() if r.host != "localhost"})
+    assert changed == ["node3"], [(r.host, r.task) for r in result.changed_tasks()]
+    # What changed was checked again: the SSH ring (a node's keys matter to its neighbour), the
+    # hostfile and the job tools on the node that drifted.
+    ring = statuses(result, "Reach the next node as the MPI user without a password or a prompt")
+    assert sorted(ring) == NODES and all(s == {"ok"} for s in ring.values()), ring
+    assert statuses(result, "Read the hostfile back") == {"node3": {"ok"}}
+    assert statuses(result, "Run the torch wrapper as rank 3 of 4 with two GPUs") == {
+        "node3": {"ok"}
+    }
+
+    proc = ssh(
+        node3,
+        "stat -c %a /home/mpi/.ssh/id_ed25519; test -f /opt/mpictl/share/jobs/smoke_mpi.py"
+        " && echo tool; grep -c stray /etc/mpictl/hostfile; set -a; . /etc/environment;"
+        ' echo "$PATH"',
+    )
+    mode, tool, stray, path = proc.stdout.strip().splitlines()
+    assert (mode, tool, stray) == ("600", "tool", "0"), proc.stdout
+    assert "/opt/mpictl/venv/bin" in path.split(":"), path
+
+    again = provision_run(inventory, source_vars)
+    assert again.ok, describe_failures(again)
+    assert not [r for r in again.changed_tasks() if r.host != "localhost"]
