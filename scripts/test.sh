@@ -13,8 +13,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 export MPICTL_CACHE_DIR=${MPICTL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpictl}
 
 tier=${1:-all}
-ruff check mpictl tests bench filter_plugins
-ruff format --check mpictl tests bench filter_plugins
+ruff check mpictl tests bench filter_plugins roles
+ruff format --check mpictl tests bench filter_plugins roles
 ansible-lint --nocolor -q playbooks roles
 pytest -q -p no:cacheprovider tests/unit
 if [ "$tier" = all ]; then

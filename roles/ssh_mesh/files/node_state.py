@@ -62,8 +62,8 @@ print(
             "public_key": describe(os.path.join(ssh_dir, "id_ed25519.pub"), digest=True),
             "authorized_keys": describe(os.path.join(ssh_dir, "authorized_keys")),
             "authorized": authorized,
-    "known_hosts": describe(args["known_hosts"], digest=True),
-    "config": describe(os.path.join(ssh_dir, "config"), digest=True),
+            "known_hosts": describe(args["known_hosts"], digest=True),
+            "config": describe(os.path.join(ssh_dir, "config"), digest=True),
             "host_keys": host_keys,
         }
     )
