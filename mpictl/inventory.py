@@ -203,7 +203,14 @@ def _first_line(text: str) -> str:
     return str(text).strip()
 
 
-def _load_manager(source: Path) -> tuple[Any, Any]:
+def load_manager(source: Path) -> tuple[Any, Any]:
+    """Ansible's ``(DataLoader, InventoryManager)`` for ``source``, loaded quietly and strictly.
+
+    A source that no plugin parses is an :class:`InventoryError` (with the most telling of
+    Ansible's captured warnings as its message), and so are duplicate YAML keys unless
+    ``ANSIBLE_DUPLICATE_YAML_DICT_KEY`` says otherwise. :func:`load_inventory` and the sandbox
+    (which reads raw variables) both load inventories this way.
+    """
     os.environ.setdefault("ANSIBLE_DUPLICATE_YAML_DICT_KEY", "error")
     from ansible import constants as C  # noqa: N812
     from ansible.errors import AnsibleError
@@ -300,7 +307,7 @@ def load_inventory(source: Path | str | None = None, facts_dir: Path | None = No
     path = Path(source) if source is not None else paths.sandbox_inventory()
     if not path.exists():
         raise InventoryError(f"{path}: inventory not found")
-    loader, manager = _load_manager(path)
+    loader, manager = load_manager(path)
     variables = _InventoryVars(loader, manager)
     cached = _FactCache(facts_dir or paths.facts_dir())
     groups = manager.get_groups_dict()

@@ -1,0 +1,211 @@
+"""The sandbox's podman side: the one way podman is called, the ``podman run`` and ``network
+create`` arguments of a sandbox (pure), and reading back its labelled containers and network.
+
+Every container carries ``io.mpictl.sandbox=<name>`` (membership), ``io.mpictl.node``,
+``io.mpictl.runtime`` (how to call podman on it again) and ``io.mpictl.config`` (a hash of what
+the inventory and ``--cuda`` decide, so ``up`` knows whether to recreate it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mpictl.errors import SandboxError
+from mpictl.sandbox.host import Runtime
+from mpictl.sandbox.spec import SandboxNode, SandboxSpec
+
+LABEL_SANDBOX = "io.mpictl.sandbox"
+LABEL_NODE = "io.mpictl.node"
+LABEL_RUNTIME = "io.mpictl.runtime"
+LABEL_CONFIG = "io.mpictl.config"
+
+# --------------------------------------------------------------------------------------------
+# Command construction (pure)
+
+
+def network_create_args(spec: SandboxSpec) -> list[str]:
+    return [
+        "network",
+        "create",
+        "--subnet",
+        spec.subnet,
+        "--label",
+        f"{LABEL_SANDBOX}={spec.name}",
+        spec.name,
+    ]
+
+
+def mac_for_ip(ip: str) -> str:
+    """A locally administered unicast MAC address derived from an IPv4 address."""
+    return "02:6d:" + ":".join(f"{b:02x}" for b in ipaddress.IPv4Address(ip).packed)
+
+
+def node_run_args(
+    spec: SandboxSpec, node: SandboxNode, runtime: Runtime, image: str, cuda: Path | None = None
+) -> list[str]:
+    """The ``podman run`` arguments (after the global ones) that create ``node``."""
+    options: list[str] = [
+        "--hostname",
+        node.name,
+        "--network",
+        spec.name,
+        "--ip",
+        node.ip,
+        "-p",
+        f"127.0.0.1:{node.ssh_port}:22",
+        # MPI needs more shared memory than the 64 MiB default, and CMA (process_vm_readv)
+        # single-copy transfers between ranks need ptrace; ping needs raw sockets.
+        "--shm-size",
+        "1g",
+        "--cap-add",
+        "SYS_PTRACE",
+        "--cap-add",
+        "NET_RAW",
+        *runtime.run_args,
+    ]
+    for other in spec.nodes:
+        if other.name != node.name:
+            options += ["--add-host", f"{other.name}:{other.ip}"]
+    if cuda is not None:
+        real = cuda.resolve()
+        options += ["-v", f"{real}:{cuda}:ro"]
+        if real != cuda:
+            options += ["-v", f"{real}:{real}:ro"]
+    # The config label covers what the inventory and --cuda decide, not the image: a newer image
+    # recipe is used by nodes created from then on, running nodes are left alone.
+    config = hashlib.sha256("\0".join(options).encode()).hexdigest()[:16]
+    # A fixed MAC per address (derived from it, so not part of the label): a recreated node
+    # answers at once instead of after the host's stale neighbour (ARP) entry for its address
+    # expires (~30 s of connect timeouts).
+    options += ["--mac-address", mac_for_ip(node.ip)]
+    return [
+        "run",
+        "-d",
+        "--name",
+        spec.container(node),
+        "--label",
+        f"{LABEL_SANDBOX}={spec.name}",
+        "--label",
+        f"{LABEL_NODE}={node.name}",
+        "--label",
+        f"{LABEL_RUNTIME}={runtime.name}",
+        "--label",
+        f"{LABEL_CONFIG}={config}",
+        *options,
+        image,
+    ]
+
+
+def config_label(run_args: Sequence[str]) -> str:
+    prefix = f"{LABEL_CONFIG}="
+    return next(a[len(prefix) :] for a in run_args if a.startswith(prefix))
+
+
+# --------------------------------------------------------------------------------------------
+# Calling podman
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a tool's output: the one-line reason of a failure."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no message)"
+
+
+def run(
+    args: Sequence[str],
+    *,
+    runtime: Runtime | None = None,
+    stdin: str | None = None,
+    check: bool = True,
+    what: str = "",
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """``podman [runtime options] args``; a timeout, or a failure when ``check``, raises."""
+    exe = shutil.which("podman")
+    if exe is None:
+        raise SandboxError("podman is not installed (the sandbox runs nodes as podman containers)")
+    cmd = [exe, *(runtime.global_args if runtime else ()), *args]
+    try:
+        proc = subprocess.run(
+            cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise SandboxError(
+            f"{what or 'podman ' + args[0]}: timed out after {timeout:.0f} s"
+        ) from None
+    if check and proc.returncode != 0:
+        raise SandboxError(f"{what or 'podman ' + ' '.join(args[:2])}: {last_line(proc.stderr)}")
+    return proc
+
+
+def containers(name: str) -> dict[str, dict[str, Any]]:
+    """Containers labelled as members of sandbox ``name``, by container name."""
+    proc = run(
+        ["ps", "-a", "--filter", f"label={LABEL_SANDBOX}={name}", "--format", "json"],
+        what="podman ps",
+    )
+    found: dict[str, dict[str, Any]] = {}
+    for entry in json.loads(proc.stdout or "[]") or []:
+        labels = entry.get("Labels") or {}
+        if labels.get(LABEL_SANDBOX) != name:
+            continue
+        names = entry.get("Names") or []
+        if names:
+            found[names[0]] = entry
+    return found
+
+
+def container_state(entry: Mapping[str, Any] | None) -> str:
+    """``running``, ``stopped`` or ``missing`` for an entry of :func:`containers` (or None)."""
+    if entry is None:
+        return "missing"
+    return "running" if str(entry.get("State", "")).lower() == "running" else "stopped"
+
+
+def entry_runtime(entry: Mapping[str, Any]) -> Runtime:
+    """The runtime a container was created with (its label), to call podman on it again."""
+    labels = entry.get("Labels") or {}
+    return Runtime("runc" if labels.get(LABEL_RUNTIME) == "runc" else "default")
+
+
+def remove_container(container: str, runtime: Runtime) -> None:
+    run(["rm", "-f", "-t", "2", container], runtime=runtime, what=f"removing {container}")
+
+
+def network(name: str) -> dict[str, Any] | None:
+    """``podman network inspect`` of ``name``, or None when there is no such network."""
+    proc = run(["network", "inspect", name], check=False)
+    if proc.returncode != 0:
+        return None
+    data = json.loads(proc.stdout or "[]")
+    return data[0] if data else None
+
+
+def network_labels(net: Mapping[str, Any]) -> Mapping[str, str]:
+    return net.get("labels") or net.get("Labels") or {}
+
+
+def _network_subnets(net: Mapping[str, Any]) -> list[str]:
+    return [str(s.get("subnet")) for s in net.get("subnets") or []]
+
+
+def ensure_network(spec: SandboxSpec) -> None:
+    """Create the sandbox's network, or check that the existing one is it, on its subnet."""
+    net = network(spec.name)
+    if net is None:
+        run(network_create_args(spec), what=f"creating network {spec.name}")
+        return
+    if network_labels(net).get(LABEL_SANDBOX) != spec.name:
+        raise SandboxError(f"podman network {spec.name} exists but is not this sandbox's network")
+    if spec.subnet not in _network_subnets(net):
+        raise SandboxError(
+            f"podman network {spec.name} has subnet {', '.join(_network_subnets(net))}, the "
+            f"inventory says {spec.subnet}; run `mpictl sandbox down` first"
+        )

@@ -1,0 +1,149 @@
+"""What an inventory says about its sandbox: :class:`SandboxSpec` and how it is read.
+
+The sandbox variables (``sandbox_name``, ``sandbox_subnet``, and per host of ``mpi_nodes`` an
+``ansible_port`` and a ``sandbox_ip``) are read raw through Ansible's inventory API, without
+templating, so they must be literal values; :func:`spec_from_vars` validates them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpictl import paths
+from mpictl.errors import InventoryError
+
+#: Sandbox and host names: they become container, network and host names.
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,40}$")
+
+
+@dataclass(frozen=True)
+class SandboxNode:
+    name: str
+    ssh_port: int
+    ip: str
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What an inventory says about its sandbox."""
+
+    name: str
+    subnet: str
+    nodes: tuple[SandboxNode, ...]
+
+    def container(self, node: SandboxNode | str) -> str:
+        host = node if isinstance(node, str) else node.name
+        return f"{self.name}-{host}"
+
+    def state_dir(self) -> Path:
+        return paths.state_dir() / "sandbox" / self.name
+
+    def key_path(self) -> Path:
+        return self.state_dir() / "id_ed25519"
+
+    def known_hosts_path(self) -> Path:
+        return self.state_dir() / "known_hosts"
+
+
+def _literal(value: Any, *, where: str, var: str) -> Any:
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        raise InventoryError(f"{where}: {var} must be a literal value, not a template ({value!r})")
+    return value
+
+
+def read_sandbox(inventory: Path) -> SandboxSpec:
+    """Read the sandbox description of ``inventory`` through Ansible's inventory API."""
+    inventory = Path(inventory)
+    if not inventory.exists():
+        raise InventoryError(f"{inventory}: no such inventory file or directory")
+    from ansible.errors import AnsibleError
+    from ansible.vars.manager import VariableManager
+
+    # the same quiet loading (parse failures are errors, Ansible's warnings captured) as
+    # `mpictl.inventory`; raw variables here, since the sandbox needs only literal ones
+    from mpictl.inventory import load_manager
+
+    loader, inv = load_manager(inventory)
+    try:
+        variables = VariableManager(loader=loader, inventory=inv)
+        group = inv.groups.get("mpi_nodes")
+        hosts = group.get_hosts() if group is not None else []
+        if not hosts:
+            raise InventoryError(f"{inventory}: group mpi_nodes is missing or has no hosts")
+        host_vars = {h.name: variables.get_vars(host=h) for h in hosts}
+    except AnsibleError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InventoryError(f"{inventory}: {first}") from None
+    return spec_from_vars(inventory, [h.name for h in hosts], host_vars)
+
+
+def spec_from_vars(
+    inventory: Path, hosts: Sequence[str], host_vars: Mapping[str, Mapping[str, Any]]
+) -> SandboxSpec:
+    """Validate the raw variables of the ``mpi_nodes`` hosts into a :class:`SandboxSpec`."""
+    first = host_vars[hosts[0]]
+    for var in ("sandbox_name", "sandbox_subnet"):
+        if first.get(var) is None:
+            raise InventoryError(f"{inventory}: {var} is not set (not a sandbox inventory)")
+    name = _literal(first.get("sandbox_name"), where=str(inventory), var="sandbox_name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InventoryError(
+            f"{inventory}: sandbox_name must be lower-case letters, digits, '.', '_' or '-' "
+            f"(got {name!r})"
+        )
+    subnet_raw = _literal(first.get("sandbox_subnet"), where=str(inventory), var="sandbox_subnet")
+    try:
+        subnet = ipaddress.ip_network(str(subnet_raw), strict=True)
+    except ValueError:
+        raise InventoryError(
+            f"{inventory}: sandbox_subnet must be a network such as 10.89.42.0/24 "
+            f"(got {subnet_raw!r})"
+        ) from None
+    if not isinstance(subnet, ipaddress.IPv4Network) or subnet.num_addresses < 8:
+        raise InventoryError(f"{inventory}: sandbox_subnet must be an IPv4 network of /29 or wider")
+    gateway = next(subnet.hosts())
+    nodes: list[SandboxNode] = []
+    ports: dict[int, str] = {}
+    ips: dict[str, str] = {}
+    for host in hosts:
+        hv = host_vars[host]
+        where = f"{inventory}: host {host}"
+        for var, value in (("sandbox_name", name), ("sandbox_subnet", subnet_raw)):
+            if hv.get(var) != value:
+                raise InventoryError(f"{where}: {var} differs from the other nodes'")
+        if not _NAME_RE.match(host):
+            raise InventoryError(f"{where}: host name unusable as a container host name")
+        port_raw = _literal(hv.get("ansible_port"), where=where, var="ansible_port")
+        try:
+            port = int(port_raw)
+        except (TypeError, ValueError):
+            port = -1
+        if isinstance(port_raw, bool) or not 1024 <= port <= 65535:
+            raise InventoryError(
+                f"{where}: ansible_port must be a port 1024..65535 (got {port_raw!r})"
+            )
+        if port in ports:
+            raise InventoryError(f"{where}: ansible_port {port} is also used by {ports[port]}")
+        ip_raw = _literal(hv.get("sandbox_ip"), where=where, var="sandbox_ip")
+        try:
+            ip = ipaddress.ip_address(str(ip_raw))
+        except ValueError:
+            raise InventoryError(
+                f"{where}: sandbox_ip must be an IPv4 address (got {ip_raw!r})"
+            ) from None
+        if ip not in subnet or ip in (subnet.network_address, subnet.broadcast_address, gateway):
+            raise InventoryError(
+                f"{where}: sandbox_ip {ip} is not a usable address of {subnet} "
+                f"({gateway} is the gateway)"
+            )
+        if str(ip) in ips:
+            raise InventoryError(f"{where}: sandbox_ip {ip} is also used by {ips[str(ip)]}")
+        ports[port] = host
+        ips[str(ip)] = host
+        nodes.append(SandboxNode(name=host, ssh_port=port, ip=str(ip)))
+    return SandboxSpec(name=name, subnet=str(subnet), nodes=tuple(nodes))
