@@ -17,9 +17,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import jobs, launch, remote
+from mpictl import programs, remote, submit
+from mpictl import settings as cluster_settings
 from mpictl.errors import CheckFailed, JobError, UsageError
+from mpictl.executor import OutputHandler
 from mpictl.inventory import Cluster
+from mpictl.planner import LaunchOptions
 
 MIN_BYTES = 8
 MAX_BYTES = 256 * 1024 * 1024
@@ -143,22 +146,7 @@ def parse_iperf(text: str) -> float:
     return float(bits) / 8 / 1e9
 
 
-# Runs on the head (python3, MPI user): iperf3 server on B (one test), client on A, both by ssh.
-IPERF_DRIVER = r"""
-import json, subprocess, sys, time
-a, b, port, secs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-ssh = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
-server = subprocess.Popen(ssh + [b, "exec timeout 60 iperf3 -s -1 -p " + port],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-time.sleep(1.5)
-client = subprocess.run(ssh + [a, "iperf3 -J -c %s -p %s -t %s" % (b, port, secs)],
-                        capture_output=True, text=True, timeout=90)
-try:
-    server.wait(timeout=15)
-except subprocess.TimeoutExpired:
-    server.kill()
-print(json.dumps({"rc": client.returncode, "stdout": client.stdout, "stderr": client.stderr}))
-"""
+IPERF_DRIVER = "iperf_driver.py"  # runs on the head: iperf3 server on B, client on A
 
 
 def measure_link(cluster: Cluster, head: remote.HeadSSH) -> tuple[float, tuple[str, str]]:
@@ -166,7 +154,7 @@ def measure_link(cluster: Cluster, head: remote.HeadSSH) -> tuple[float, tuple[s
         raise UsageError("bench needs at least two nodes")
     a, b = cluster.nodes[0], cluster.nodes[1]
     args = [a.address, b.address, str(IPERF_PORT), str(IPERF_SECONDS)]
-    proc = head.run_python(IPERF_DRIVER, args, timeout=150)
+    proc = head.run_python(programs.source(IPERF_DRIVER), args, timeout=150)
     rec = next(iter(remote.json_lines(proc.stdout)), None)
     if rec is None:
         raise JobError(f"iperf3 from {a.name} to {b.name} did not run: {proc.stderr.strip()}")
@@ -186,30 +174,33 @@ def run_bench(
     max_bytes: int = MAX_BYTES,
     ppn: int = 1,
     timeout: float = 900,
-    on_output: launch.OutputHandler | None = None,
+    on_output: OutputHandler | None = None,
 ) -> BenchReport:
     if min_bytes < 4 or max_bytes < min_bytes:
         raise UsageError(f"bad size range {min_bytes}..{max_bytes} (need 4 <= min <= max)")
+    settings = cluster_settings.for_cluster(cluster)
     head = remote.HeadSSH.for_cluster(cluster)
     head.check_reachable()
     report = BenchReport()
-    job_id = jobs.new_id()
-    options = launch.LaunchOptions(
+    options = LaunchOptions(
         command=[
-            remote.VENV_PYTHON,
+            settings.venv_python,
             "-u",
-            f"{remote.TOOLS_DIR}/bench_allreduce.py",
+            settings.tool("bench_allreduce.py"),
             str(min_bytes),
             str(max_bytes),
         ],
         ppn=ppn,
         timeout=timeout,
     )
-    plan = launch.plan(cluster, options, job_id, launch.derive_network(cluster))
-    record = jobs.create(cluster, plan, extra={"kind": "bench"})
-    result = launch.execute(
-        cluster, plan, on_output=on_output, timeout=timeout, record=record, head=head
+    result, record = submit.submit(
+        cluster,
+        options,
+        via=submit.MpirunLauncher(head),
+        extra={"kind": "bench"},
+        on_output=on_output,
     )
+    job_id = result.job_id
     report.job_id = job_id
     report.points, report.hosts = parse_points(record.output_path.read_text(errors="replace"))
     if result.exit_code != 0 or not report.points:

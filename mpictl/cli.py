@@ -149,7 +149,7 @@ def _print_nodes(nodes: list) -> None:
 
 
 # --------------------------------------------------------------------------- job side
-# Logic lives in mpictl.launch / jobs / smoke / doctor / bench; these functions only parse,
+# Logic lives in mpictl.submit / jobs / smoke / doctor / bench; these functions only parse,
 # print and map results to exit codes.
 jobs_app = typer.Typer(help="Records of `mpictl run` jobs.", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
@@ -191,11 +191,12 @@ def run(
     master_port: Annotated[int, typer.Option(help="MASTER_PORT with --torch.")] = 29500,
 ) -> None:
     """Run CMD with mpirun on the head node as the MPI user (mpictl run -- CMD...)."""
-    from mpictl import launch
     from mpictl.inventory import load_inventory
+    from mpictl.planner import LaunchOptions, LaunchPlan
+    from mpictl.submit import submit
 
     cluster = load_inventory(_inventory(inventory))
-    options = launch.LaunchOptions(
+    options = LaunchOptions(
         command=command,
         np=np,
         ppn=ppn,
@@ -208,7 +209,7 @@ def run(
         master_port=master_port,
     )
 
-    def announce(plan: launch.LaunchPlan, record: object) -> None:
+    def announce(plan: LaunchPlan, record: object) -> None:
         print(f"mpictl: job {plan.job_id} on {cluster.head.name}: {plan.display}", file=sys.stderr)
         if plan.network is None:
             print(
@@ -218,7 +219,7 @@ def run(
                 file=sys.stderr,
             )
 
-    result = launch.run(cluster, options, on_output=_echo_stream, on_plan=announce)
+    result, _ = submit(cluster, options, on_output=_echo_stream, on_plan=announce)
     if result.exit_code != 0:
         print(
             f"mpictl: job {result.job_id} {result.status} (exit {result.exit_code}); "

@@ -13,14 +13,18 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+import shlex
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mpictl import remote
+from mpictl import network, programs, remote
+from mpictl import settings as cluster_settings
 from mpictl.errors import JobError
 from mpictl.inventory import Cluster
+from mpictl.settings import ClusterSettings
 
 PROVISION = "run `mpictl provision -i {inv}`"
 
@@ -54,121 +58,36 @@ class DoctorReport:
         return {"ok": self.ok, "checks": [{**asdict(c), "result": c.result} for c in self.checks]}
 
 
-PROBE = r"""
-import glob, json, os, re, shutil, socket, subprocess, sys
-targets = json.loads(sys.argv[1])
-def run(cmd, timeout=60):
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout.strip(), p.stderr.strip()
-    except Exception as exc:
-        return 127, "", str(exc)
-out = {"hostname": socket.gethostname(), "path": os.environ.get("PATH", ""),
-       "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""), "versions": {}}
-v = out["versions"]
-mpirun = shutil.which("mpirun")
-out["mpirun"], out["prted"] = mpirun, shutil.which("prted")
-if mpirun:
-    rc, so, se = run([mpirun, "--version"])
-    v["openmpi"] = so.splitlines()[0] if rc == 0 and so else "error: " + (se or so)[-200:]
-    out["openmpi_prefix"] = os.path.dirname(os.path.dirname(os.path.realpath(mpirun)))
-markers = {}
-for depth in range(1, 5):
-    for path in glob.glob("/opt" + "/*" * depth + "/.mpictl*"):
-        if os.path.isfile(path):
-            try:
-                markers[path] = open(path).read().strip()[:200]
-            except OSError as exc:
-                markers[path] = "unreadable: %s" % exc
-out["markers"] = markers
-py = "/opt/mpictl/venv/bin/python"
-out["venv"] = os.path.exists(py)
-if out["venv"]:
-    src = (
-        "import json\nv={}\n"
-        "for m in ('mpi4py','horovod','torch'):\n"
-        "    try:\n        v[m]=getattr(__import__(m),'__version__','?')\n"
-        "    except Exception:\n        v[m]=None\n"
-        "try:\n    from mpi4py import MPI\n"
-        "    v['mpi4py_library']=MPI.Get_library_version().splitlines()[0].strip()\n"
-        "except Exception as e:\n    v['mpi4py_library']='error: %s' % e\n"
-        "print(json.dumps(v))\n")
-    rc, so, se = run([py, "-c", src])
-    try:
-        v.update(json.loads(so.splitlines()[-1]))
-    except Exception:
-        v["mpi4py"] = "error: " + (se or so)[-200:]
-rc, so, _ = run(["/sbin/ldconfig", "-p"])
-for line in so.splitlines():
-    if "libnccl.so" in line and "=>" in line:
-        real = os.path.realpath(line.split("=>")[-1].strip())
-        m = re.search(r"libnccl\.so\.([\d.]+)$", real)
-        v["nccl"] = m.group(1) if m else real
-        marker = os.path.join(os.path.dirname(os.path.dirname(real)), ".mpictl-fingerprint")
-        if os.path.isfile(marker):
-            try:
-                markers[marker] = open(marker).read().strip()[:200]
-            except OSError as exc:
-                markers[marker] = "unreadable: %s" % exc
-        break
-try:
-    out["cores"] = len(os.sched_getaffinity(0))
-except Exception:
-    out["cores"] = os.cpu_count()
-gpus = 0
-if shutil.which("nvidia-smi"):
-    rc, so, _ = run(["nvidia-smi", "-L"])
-    gpus = sum(1 for l in so.splitlines() if l.startswith("GPU ")) if rc == 0 else 0
-else:
-    gpus = len(glob.glob("/dev/nvidia[0-9]*"))
-out["gpus"] = gpus
-nets = []
-rc, so, _ = run(["ip", "-o", "-4", "addr", "show"])
-for line in so.splitlines():
-    parts = line.split()
-    if len(parts) >= 4 and parts[2] == "inet":
-        nets.append([parts[1], parts[3]])
-out["ipv4"] = nets
-reach = {}
-for name, addr in targets.items():
-    try:
-        ip = socket.gethostbyname(addr)
-    except OSError as exc:
-        reach[name] = {"ip": None, "tcp": False, "error": "cannot resolve %s: %s" % (addr, exc)}
-        continue
-    try:
-        socket.create_connection((ip, 22), timeout=3).close()
-        reach[name] = {"ip": ip, "tcp": True, "error": ""}
-    except OSError as exc:
-        reach[name] = {"ip": ip, "tcp": False, "error": "%s:22: %s" % (ip, exc)}
-out["reach"] = reach
-try:
-    out["hostfile"] = open("/etc/mpictl/hostfile").read()
-except OSError as exc:
-    out["hostfile"] = None
-out["tools"] = {p: os.path.exists(p) for p in sys.argv[2:]}
-print(json.dumps(out))
-"""
-
-TOOLS = [
-    remote.TORCH_ENV,
-    f"{remote.TOOLS_DIR}/smoke_mpi.py",
-    f"{remote.TOOLS_DIR}/smoke_horovod.py",
-    f"{remote.TOOLS_DIR}/bench_allreduce.py",
-]
+PROBE = "doctor_probe.py"  # runs on every node (system python3)
+VENV_PROGRAM = "venv_versions.py"  # the probe runs it with the cluster venv's python
+TOOLS = ("smoke_mpi.py", "smoke_horovod.py", "bench_allreduce.py")
 REQUIRED = ("openmpi", "mpi4py", "mpi4py_library")
 VERSION_KEYS = ("openmpi", "mpi4py", "mpi4py_library", "horovod", "torch", "nccl")
 
 
-def collect(cluster: Cluster, head: remote.HeadSSH) -> dict[str, remote.NodeOutput]:
-    """Run the probe on every node, from the head as the MPI user (node name -> output)."""
-    import json
-    import shlex
+def probe_spec(cluster: Cluster, settings: ClusterSettings) -> dict[str, Any]:
+    """The probe's argument: whom to reach, and where the roles put things on this cluster."""
+    return {
+        "targets": {n.name: n.address for n in cluster.nodes},
+        "hostfile": settings.hostfile,
+        "venv_python": settings.venv_python,
+        "venv_program": programs.source(VENV_PROGRAM),
+        "tools": [settings.torch_env, *(settings.tool(t) for t in TOOLS)],
+    }
 
-    targets = {n.name: n.address for n in cluster.nodes}
-    cmd = "python3 - " + " ".join(shlex.quote(a) for a in [json.dumps(targets), *TOOLS])
+
+def collect(
+    cluster: Cluster, head: remote.HeadSSH, settings: ClusterSettings
+) -> dict[str, remote.NodeOutput]:
+    """Run the probe on every node, from the head as the MPI user (node name -> output)."""
+    cmd = "python3 - " + shlex.quote(json.dumps(probe_spec(cluster, settings)))
     by_address = remote.run_on_nodes(
-        head, [n.address for n in cluster.nodes], cmd, PROBE, timeout=180, connect_timeout=8
+        head,
+        [n.address for n in cluster.nodes],
+        cmd,
+        programs.source(PROBE),
+        timeout=180,
+        connect_timeout=8,
     )
     return {n.name: by_address[n.address] for n in cluster.nodes if n.address in by_address}
 
@@ -216,10 +135,10 @@ def evaluate(
     cluster: Cluster,
     probes: Mapping[str, remote.NodeOutput],
     inventory_slots: Mapping[str, int] | None = None,
+    settings: ClusterSettings | None = None,
 ) -> DoctorReport:
     """Checks from the probe outputs (node name -> output of the PROBE program)."""
-    import json
-
+    settings = settings or cluster_settings.for_cluster(cluster)
     inv = str(cluster.source)
     provision = PROVISION.format(inv=inv)
     head = cluster.head.name
@@ -290,7 +209,7 @@ def evaluate(
                     "cluster venv",
                     name,
                     False,
-                    f"{remote.VENV_PYTHON} is missing or broken",
+                    f"{settings.venv_python} is missing or broken",
                     f"{provision} (mpi4py role: cluster venv)",
                 )
             )
@@ -324,8 +243,30 @@ def evaluate(
             add(Check("job tools", "all", True, "torch wrapper, smoke and bench programs"))
 
     report.checks += _network_checks(cluster, data, provision)
-    report.checks += _slot_checks(cluster, data, provision, inventory_slots)
+    report.checks += _slot_checks(cluster, data, provision, inventory_slots, settings.hostfile)
     return report
+
+
+def _probe_network(
+    cluster: Cluster, data: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, network.Nets], network.Network | None]:
+    """Each probed node's networks, and the network `mpictl run` would choose from them (the
+    same rule, :func:`mpictl.network.resolve`; the head's default route breaks ties)."""
+    per_node = {
+        n.name: network.nets_from_addresses(data[n.name].get("ipv4", []))
+        for n in cluster.nodes
+        if n.name in data
+    }
+    head = data.get(cluster.head.name, {})
+    prefer = None
+    head_nets = per_node.get(cluster.head.name, {})
+    default_iface = head.get("default_interface")
+    for iface, cidr in head.get("ipv4", []):
+        if iface == default_iface and iface in head_nets:
+            prefer = ipaddress.IPv4Interface(cidr).ip
+            break
+    overrides = network.overrides_of(n for n in cluster.nodes if n.name in per_node)
+    return per_node, network.resolve(per_node, overrides, prefer)
 
 
 def _network_checks(
@@ -334,43 +275,28 @@ def _network_checks(
     out: list[Check] = []
     if not data:
         return out
-    nets: dict[str, dict[ipaddress.IPv4Network, str]] = {}
-    for name, d in data.items():
-        nets[name] = {}
-        for iface, cidr in d.get("ipv4", []):
-            try:
-                net = ipaddress.IPv4Interface(cidr).network
-            except ValueError:
-                continue
-            if not net.network_address.is_loopback:
-                nets[name][net] = iface
-    common = set.intersection(*(set(v) for v in nets.values())) if nets else set()
-    head_nets = nets.get(cluster.head.name) or next(iter(nets.values()))
-    if common:
-        best = sorted(common, key=str)[0]
-        ifaces = sorted({nets[n][best] for n in nets})
-        out.append(Check("common network", "all", True, f"{best} via {', '.join(ifaces)}"))
+    nets, chosen = _probe_network(cluster, data)
+    fix = "put every node on one subnet, or set mpi_network_interface per host"
+    if chosen is not None:
+        where = chosen.subnet or "mpi_network_interface"
+        out.append(Check("common network", "all", True, f"{where} via {', '.join(chosen.names)}"))
     else:
+        head_nets = set((nets.get(cluster.head.name) or next(iter(nets.values()), {})).values())
         for name, mine in nets.items():
-            if not set(mine) & set(head_nets):
+            if not set(mine.values()) & head_nets:
+                shown = ", ".join(map(str, mine.values())) or "-"
                 out.append(
                     Check(
                         "common network",
                         name,
                         False,
-                        f"no IPv4 subnet shared with the head ({', '.join(map(str, mine)) or '-'})",
-                        "put every node on one subnet, or set mpi_network_interface per host",
+                        f"no IPv4 subnet shared with the head ({shown})",
+                        fix,
                     )
                 )
         if not out:
             out.append(
-                Check(
-                    "common network",
-                    "all",
-                    False,
-                    "no IPv4 subnet shared by all nodes",
-                    "put every node on one subnet, or set mpi_network_interface per host",
-                )
+                Check("common network", "all", False, "no IPv4 subnet shared by all nodes", fix)
             )
     # mpi_network_interface overrides: the interface must exist and carry an IPv4 address there.
     for node in cluster.nodes:
@@ -420,6 +346,7 @@ def _slot_checks(
     data: Mapping[str, Mapping[str, Any]],
     provision: str,
     inventory_slots: Mapping[str, int] | None,
+    hostfile_path: str,
 ) -> list[Check]:
     out: list[Check] = []
     head = data.get(cluster.head.name)
@@ -431,7 +358,7 @@ def _slot_checks(
                 "hostfile",
                 cluster.head.name,
                 False,
-                f"{remote.HOSTFILE} missing",
+                f"{hostfile_path} missing",
                 f"{provision} (hostfile role)",
             )
         ]
@@ -450,7 +377,7 @@ def _slot_checks(
                     "hostfile",
                     node.name,
                     False,
-                    f"{node.address} not in {remote.HOSTFILE}",
+                    f"{node.address} not in {hostfile_path}",
                     f"{provision} (hostfile role)",
                 )
             )
@@ -484,7 +411,7 @@ def _slot_checks(
                     "hostfile",
                     name,
                     False,
-                    f"differs from the head's {remote.HOSTFILE}",
+                    f"differs from the head's {hostfile_path}",
                     f"{provision} (hostfile role)",
                 )
             )
@@ -508,4 +435,5 @@ def run_doctor(cluster: Cluster) -> DoctorReport:
                 )
             ]
         )
-    return evaluate(cluster, collect(cluster, head))
+    settings = cluster_settings.for_cluster(cluster)
+    return evaluate(cluster, collect(cluster, head, settings), settings=settings)

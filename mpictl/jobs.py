@@ -1,29 +1,34 @@
-"""Job records of ``mpictl run`` under ``<state>/jobs/<id>/``.
+"""Job records under ``<state>/jobs/<id>/``.
 
-Each job directory holds ``job.json`` (command, mpirun command line, inventory, hosts, ranks,
-start, end, exit code, status) and ``output.log`` (everything the job printed, stdout and stderr
-in the order they arrived).
+Each job directory holds ``job.json`` (command, launcher command line, inventory, hosts, ranks,
+start, end, exit code, status, and the controller process that supervises it) and ``output.log``
+(everything the job printed, stdout and stderr in the order they arrived). This module takes
+plain values: it knows nothing about launchers or plans.
+
+A record still ``running`` whose controller process is gone (killed with SIGKILL, a crashed
+controller) is reported as ``unknown``: an attached job ends with its controller's SSH channel,
+so it is not running any more, but how it ended was never recorded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mpictl import paths
 from mpictl.errors import UsageError
 
-if TYPE_CHECKING:
-    from mpictl.inventory import Cluster
-    from mpictl.launch import LaunchPlan
-
 RECORD = "job.json"
 OUTPUT = "output.log"
+RUNNING = "running"
+UNKNOWN = "unknown"
 
 
 @dataclass
@@ -38,8 +43,9 @@ class JobRecord:
     start: float
     end: float | None = None
     exit_code: int | None = None
-    status: str = "running"
+    status: str = RUNNING
     extra: dict[str, Any] = field(default_factory=dict)
+    controller: dict[str, Any] = field(default_factory=dict)  # host, pid, pid_start
 
     @property
     def directory(self) -> Path:
@@ -61,6 +67,30 @@ def new_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]  # field 22 of proc(5), counted after "(comm)"
+
+
+def _this_controller() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "pid_start": _process_start(pid)}
+
+
+def controller_alive(controller: dict[str, Any]) -> bool | None:
+    """Whether the process that supervises a job still runs: None when it cannot be told (no
+    controller recorded, or another host's)."""
+    pid = controller.get("pid")
+    if not isinstance(pid, int) or controller.get("host") != socket.gethostname():
+        return None
+    return _process_start(pid) is not None and _process_start(pid) == controller.get("pid_start")
+
+
 def _write(record: JobRecord) -> None:
     record.directory.mkdir(parents=True, exist_ok=True)
     tmp = record.directory / (RECORD + ".tmp")
@@ -69,22 +99,28 @@ def _write(record: JobRecord) -> None:
 
 
 def create(
-    cluster: Cluster,
-    plan: LaunchPlan,
-    user_command: list[str] | None = None,
+    job_id: str,
+    *,
+    command: Sequence[str],
+    launch_line: str,
+    inventory: str,
+    head: str,
+    hosts: Sequence[tuple[str, int]],
+    ranks: int,
     extra: dict[str, Any] | None = None,
 ) -> JobRecord:
     """Record a job that is about to start (status ``running``) and create its output file."""
     record = JobRecord(
-        id=plan.job_id,
-        command=list(user_command if user_command is not None else plan.command),
-        mpirun=plan.display,
-        inventory=str(cluster.source),
-        head=cluster.head.name,
-        hosts=[{"host": h, "slots": s} for h, s in plan.hosts],
-        ranks=plan.ranks,
+        id=job_id,
+        command=list(command),
+        mpirun=launch_line,
+        inventory=inventory,
+        head=head,
+        hosts=[{"host": h, "slots": s} for h, s in hosts],
+        ranks=ranks,
         start=time.time(),
         extra=dict(extra or {}),
+        controller=_this_controller(),
     )
     _write(record)
     record.output_path.touch()
@@ -96,6 +132,13 @@ def finish(record: JobRecord, *, exit_code: int, status: str) -> JobRecord:
     record.exit_code = exit_code
     record.status = status
     _write(record)
+    return record
+
+
+def resolved(record: JobRecord) -> JobRecord:
+    """``record`` with status ``unknown`` when it says running but its controller is gone."""
+    if record.status == RUNNING and controller_alive(record.controller) is False:
+        record.status = UNKNOWN
     return record
 
 
@@ -111,7 +154,7 @@ def load(job_id: str) -> JobRecord:
         raise UsageError(f"unknown job '{job_id}' (see `mpictl jobs list`)")
     if len(candidates) > 1:
         raise UsageError(f"job id '{job_id}' is ambiguous ({len(candidates)} jobs match)")
-    return _read(candidates[0])
+    return resolved(_read(candidates[0]))
 
 
 def _read(path: Path) -> JobRecord:
@@ -125,7 +168,7 @@ def list_jobs() -> list[JobRecord]:
     out = []
     for path in sorted(paths.jobs_dir().glob(f"*/{RECORD}")):
         try:
-            out.append(_read(path))
+            out.append(resolved(_read(path)))
         except (OSError, ValueError, TypeError):
             continue
     return sorted(out, key=lambda r: (r.start, r.id))

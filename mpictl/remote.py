@@ -17,24 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpictl import paths
+from mpictl import paths, programs, settings
 from mpictl.errors import JobError
 from mpictl.inventory import Cluster, Node
 
-DEFAULT_MPI_USER = "mpi"
-# Paths the mpi_jobs role installs on every node.
-TOOLS_DIR = "/opt/mpictl/share/jobs"
-TORCH_ENV = "/opt/mpictl/bin/mpictl-torch-env"
-VENV_PYTHON = "/opt/mpictl/venv/bin/python"
-HOSTFILE = "/etc/mpictl/hostfile"
+FANOUT = "fanout.py"
 
 
 def cluster_key() -> Path:
     return paths.state_dir() / "cluster_ssh" / "id_ed25519"
-
-
-def mpi_user(cluster: Cluster) -> str:
-    return str(cluster.head.vars.get("mpi_user") or DEFAULT_MPI_USER)
 
 
 @dataclass(frozen=True)
@@ -53,7 +44,7 @@ class HeadSSH:
                 f"cluster key {key} not found: run `mpictl provision -i {cluster.source}` first "
                 "(the ssh_mesh role creates it)"
             )
-        return cls(node=cluster.head, user=mpi_user(cluster), key=key)
+        return cls(node=cluster.head, user=settings.for_cluster(cluster).user, key=key)
 
     def argv(self, command: str, *, tty: bool = False, connect_timeout: int = 10) -> list[str]:
         """ssh argv that runs ``command`` (a remote shell command line) on the head.
@@ -122,29 +113,6 @@ class HeadSSH:
             )
 
 
-# Runs on the head (python3): for every host in parallel, `ssh host PROGRAM_CMD` as the MPI user
-# with BatchMode and strict host keys, PROGRAM on stdin; one JSON line per host.
-FANOUT_SCRIPT = r"""
-import json, subprocess, sys
-from concurrent.futures import ThreadPoolExecutor
-spec = json.loads(sys.stdin.readline())
-program = sys.stdin.read()
-def one(host):
-    cmd = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-           "-o", "ConnectTimeout=%d" % spec["connect_timeout"], "-o", "LogLevel=INFO",
-           host, spec["command"]]
-    try:
-        p = subprocess.run(cmd, input=program, capture_output=True, text=True,
-                           timeout=spec["timeout"])
-        return {"host": host, "rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
-    except subprocess.TimeoutExpired:
-        return {"host": host, "rc": 124, "stdout": "", "stderr": "timed out"}
-with ThreadPoolExecutor(max_workers=min(32, max(1, len(spec["hosts"])))) as pool:
-    for rec in pool.map(one, spec["hosts"]):
-        print(json.dumps(rec), flush=True)
-"""
-
-
 @dataclass(frozen=True)
 class NodeOutput:
     host: str
@@ -171,7 +139,8 @@ def run_on_nodes(
     connect_timeout: int = 5,
 ) -> dict[str, NodeOutput]:
     """From the head, as the MPI user, run ``command`` on each of ``hosts`` (``program`` on its
-    stdin), in parallel. A host that could not be reached has rc 255 (ssh's)."""
+    stdin), in parallel (``mpictl/scripts/fanout.py``). A host that could not be reached has rc
+    255 (ssh's)."""
     spec = {
         "hosts": list(hosts),
         "command": command,
@@ -179,7 +148,7 @@ def run_on_nodes(
         "connect_timeout": connect_timeout,
     }
     proc = head.run(
-        "python3 -c " + shlex.quote(FANOUT_SCRIPT),
+        "python3 -c " + shlex.quote(programs.source(FANOUT)),
         stdin=json.dumps(spec) + "\n" + program,
         timeout=timeout + connect_timeout + 30,
     )

@@ -11,13 +11,17 @@ did not report is a failure, explained with the lines of mpirun's output that na
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mpictl import jobs, launch, remote
+from mpictl import programs, remote, submit
+from mpictl import settings as cluster_settings
 from mpictl.errors import UsageError
+from mpictl.executor import OutputHandler
 from mpictl.inventory import Cluster
+from mpictl.planner import LaunchOptions, LaunchPlan
 
 SUITES = ("mpi", "horovod", "all")
 MPI_TESTS = (
@@ -30,10 +34,12 @@ MPI_TESTS = (
     "allreduce",
 )
 HOROVOD_TESTS = ("hvd_allreduce", "hvd_broadcast", "hvd_allgather")
+# suite -> (its program in the job tools' directory, the tests it reports, the module it needs)
 PROGRAMS = {
-    "mpi": (f"{remote.TOOLS_DIR}/smoke_mpi.py", MPI_TESTS, "mpi4py"),
-    "horovod": (f"{remote.TOOLS_DIR}/smoke_horovod.py", HOROVOD_TESTS, "horovod.torch"),
+    "mpi": ("smoke_mpi.py", MPI_TESTS, "mpi4py"),
+    "horovod": ("smoke_horovod.py", HOROVOD_TESTS, "horovod.torch"),
 }
+PREFLIGHT = "smoke_preflight.py"
 DEFAULT_TIMEOUT = 300.0
 
 
@@ -161,31 +167,21 @@ def complete(
     return parsed + extra
 
 
-PREFLIGHT = """
-import importlib, os, sys
-missing = [p for p in sys.argv[1:] if p.startswith("/") and not os.path.isfile(p)]
-mods = {}
-for name in [m for m in sys.argv[1:] if not m.startswith("/")]:
-    try:
-        importlib.import_module(name)
-        mods[name] = "ok"
-    except Exception as exc:
-        mods[name] = "%s: %s" % (type(exc).__name__, exc)
-import json
-print(json.dumps({"missing": missing, "modules": mods}))
-"""
-
-
 def preflight(
-    cluster: Cluster, head: remote.HeadSSH, suites: Sequence[str]
+    cluster: Cluster,
+    head: remote.HeadSSH,
+    suites: Sequence[str],
+    settings: cluster_settings.ClusterSettings | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Errors naming nodes (unreachable, smoke programs or mpi4py missing), and for each optional
     suite the reason it cannot run ("" when it can)."""
-    files = [PROGRAMS[s][0] for s in suites]
+    settings = settings or cluster_settings.for_cluster(cluster)
+    venv_python = settings.venv_python
+    files = [settings.tool(PROGRAMS[s][0]) for s in suites]
     modules = ["mpi4py", *(["horovod.torch"] if "horovod" in suites else [])]
     hosts = [n.address for n in cluster.nodes]
-    cmd = f"{remote.VENV_PYTHON} - " + " ".join([*files, *modules])
-    outputs = remote.run_on_nodes(head, hosts, cmd, PREFLIGHT, timeout=120)
+    cmd = f"{shlex.quote(venv_python)} - " + shlex.join([*files, *modules])
+    outputs = remote.run_on_nodes(head, hosts, cmd, programs.source(PREFLIGHT), timeout=120)
     errors: list[str] = []
     horovod_missing: dict[str, str] = {}  # node -> why horovod.torch does not import
     horovod_ok: list[str] = []
@@ -201,7 +197,7 @@ def preflight(
         rec = next(iter(remote.json_lines(out.stdout)), None)
         if not out.ok or rec is None:
             errors.append(
-                f"{node.name}: the cluster venv does not run ({remote.VENV_PYTHON}: {out.error}); "
+                f"{node.name}: the cluster venv does not run ({venv_python}: {out.error}); "
                 "fix: `mpictl provision` (mpi4py role: cluster venv)"
             )
             continue
@@ -238,17 +234,18 @@ def run_smoke(
     suite: str = "all",
     *,
     timeout: float = DEFAULT_TIMEOUT,
-    on_output: launch.OutputHandler | None = None,
-    on_suite: Callable[[str, launch.LaunchPlan], None] | None = None,
+    on_output: OutputHandler | None = None,
+    on_suite: Callable[[str, LaunchPlan], None] | None = None,
 ) -> SmokeReport:
     """Run the smoke suite(s) and return the structured report (no printing)."""
     if suite not in SUITES:
         raise UsageError(f"unknown suite '{suite}' (choose from {', '.join(SUITES)})")
     suites = ["mpi", "horovod"] if suite == "all" else [suite]
     report = SmokeReport()
+    settings = cluster_settings.for_cluster(cluster)
     head = remote.HeadSSH.for_cluster(cluster)
     head.check_reachable()
-    errors, skip = preflight(cluster, head, suites)
+    errors, skip = preflight(cluster, head, suites, settings)
     if errors:
         report.errors = errors
         return report
@@ -271,16 +268,18 @@ def run_smoke(
                     )
                 )
             continue
-        job_id = jobs.new_id()
-        options = launch.LaunchOptions(command=[remote.VENV_PYTHON, "-u", program], timeout=timeout)
-        plan = launch.plan(cluster, options, job_id, launch.derive_network(cluster))
-        record = jobs.create(cluster, plan, extra={"kind": f"smoke-{name}"})
-        if on_suite is not None:
-            on_suite(name, plan)
-        result = launch.execute(
-            cluster, plan, on_output=on_output, timeout=timeout, record=record, head=head
+        options = LaunchOptions(
+            command=[settings.venv_python, "-u", settings.tool(program)], timeout=timeout
         )
-        report.job_ids.append(job_id)
+        result, record = submit.submit(
+            cluster,
+            options,
+            via=submit.MpirunLauncher(head),
+            extra={"kind": f"smoke-{name}"},
+            on_plan=None if on_suite is None else lambda plan, _rec, n=name: on_suite(n, plan),
+            on_output=on_output,
+        )
+        report.job_ids.append(result.job_id)
         output = record.output_path.read_text(errors="replace")
         parsed = parse_results(output, name)
         report.results += complete(name, expected, parsed, output, result.exit_code, names)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import bench, doctor, jobs, launch, smoke
+from mpictl import bench, doctor, jobs, planner, smoke, submit
 from mpictl.errors import UsageError
 from mpictl.remote import NodeOutput, json_lines
 from tests.unit.jobside import three
@@ -22,10 +22,10 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "mpictl" / "scripts"
 
 def test_job_record_lifecycle(isolated_state: Path) -> None:
     c = three()
-    p = launch.plan(
-        c, launch.LaunchOptions(command=["hostname"], np=3), "20260101-000000-abc123", None
+    p = planner.plan(
+        c, planner.LaunchOptions(command=["hostname"], np=3), "20260101-000000-abc123", None
     )
-    rec = jobs.create(c, p, user_command=["hostname"])
+    rec = submit.create_record(c, p, ["hostname"])
     assert rec.directory == isolated_state / "jobs" / p.job_id
     data = json.loads((rec.directory / "job.json").read_text())
     assert data["status"] == "running" and data["ranks"] == 3 and data["command"] == ["hostname"]
@@ -43,7 +43,7 @@ def test_job_record_lifecycle(isolated_state: Path) -> None:
 def test_unknown_or_ambiguous_job_is_a_usage_error() -> None:
     c = three()
     for jid in ("20260101-000000-aaaaaa", "20260101-000000-bbbbbb"):
-        jobs.create(c, launch.plan(c, launch.LaunchOptions(command=["x"]), jid, None))
+        submit.create_record(c, planner.plan(c, planner.LaunchOptions(command=["x"]), jid, None))
     with pytest.raises(UsageError, match="unknown job"):
         jobs.load("nope")
     with pytest.raises(UsageError, match="ambiguous"):

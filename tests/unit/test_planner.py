@@ -1,4 +1,5 @@
-"""mpictl run: mpirun command construction, validation, network derivation, session script."""
+"""mpictl run: mpirun command construction (planner), validation, network derivation (network),
+the session script (executor)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 
 import pytest
 
-from mpictl import launch
+from mpictl import executor, network, planner
 from mpictl.errors import UsageError
 from tests.unit.jobside import cluster, facts, node, three
 
@@ -16,11 +17,11 @@ CMD = ["python", "train.py"]
 
 def build(c=None, **kw):  # type: ignore[no-untyped-def]
     c = c or three()
-    return launch.plan(
+    return planner.plan(
         c,
-        launch.LaunchOptions(command=kw.pop("command", CMD), **kw),
+        planner.LaunchOptions(command=kw.pop("command", CMD), **kw),
         "J1",
-        launch.derive_network(c),
+        network.derive_network(c),
     )
 
 
@@ -58,7 +59,7 @@ def test_nccl_socket_ifname_names_the_mpi_interface_unless_the_user_does() -> No
     assert "NCCL_SOCKET_IFNAME=eth0" in opt_value(build().mpirun, "-x")
     own = opt_value(build(env=["NCCL_SOCKET_IFNAME=ib0"]).mpirun, "-x")
     assert [x for x in own if x.startswith("NCCL_SOCKET_IFNAME")] == ["NCCL_SOCKET_IFNAME=ib0"]
-    no_facts = launch.plan(three(), launch.LaunchOptions(command=CMD), "J1", None)
+    no_facts = planner.plan(three(), planner.LaunchOptions(command=CMD), "J1", None)
     assert not [x for x in opt_value(no_facts.mpirun, "-x") if x.startswith("NCCL_")]
 
 
@@ -142,7 +143,7 @@ def test_torch_adds_wrapper_and_master_of_rank0_host() -> None:
 
 
 def test_network_same_interface_name() -> None:
-    net = launch.derive_network(three())
+    net = network.derive_network(three())
     assert net is not None
     assert net.subnet == "10.0.0.0/24"
     assert net.btl_tcp_if_include == "eth0"
@@ -154,7 +155,7 @@ def test_network_different_names_use_the_subnet() -> None:
         node("a", facts=facts("10.0.0.1", "eth0")),
         node("b", facts=facts("10.0.0.2", "ens5")),
     )
-    net = launch.derive_network(c)
+    net = network.derive_network(c)
     assert net is not None
     assert net.btl_tcp_if_include == "10.0.0.0/24"
     assert net.nccl_socket_ifname == "ens5,eth0"
@@ -171,26 +172,26 @@ def test_network_prefers_the_heads_default_subnet_and_honours_overrides() -> Non
         node("a", facts=two_nets("10.0.0.1", "192.168.0.1")),
         node("b", facts=two_nets("10.0.0.2", "192.168.0.2")),
     )
-    assert launch.derive_network(c).interfaces == {"a": "eth0", "b": "eth0"}  # type: ignore[union-attr]
+    assert network.derive_network(c).interfaces == {"a": "eth0", "b": "eth0"}  # type: ignore[union-attr]
     c2 = cluster(
         node("a", facts=two_nets("10.0.0.1", "192.168.0.1"), interface="ib0"),
         node("b", facts=two_nets("10.0.0.2", "192.168.0.2"), interface="ib0"),
     )
-    net = launch.derive_network(c2)
+    net = network.derive_network(c2)
     assert net is not None and net.subnet == "192.168.0.0/16" and net.names == ["ib0"]
 
 
 def test_network_none_without_facts_or_common_subnet() -> None:
-    assert launch.derive_network(cluster(node("a"), node("b"))) is None
+    assert network.derive_network(cluster(node("a"), node("b"))) is None
     c = cluster(node("a", facts=facts("10.0.0.1")), node("b", facts=facts("10.1.0.1")))
-    assert launch.derive_network(c) is None
-    p = launch.plan(c, launch.LaunchOptions(command=["x"]), "J", None)
+    assert network.derive_network(c) is None
+    p = planner.plan(c, planner.LaunchOptions(command=["x"]), "J", None)
     assert "btl_tcp_if_include" not in p.mpirun
 
 
 def test_override_without_facts_is_used_as_given() -> None:
     c = cluster(node("a", interface="eth1"), node("b", interface="eth1"))
-    net = launch.derive_network(c)
+    net = network.derive_network(c)
     assert net is not None and net.btl_tcp_if_include == "eth1" and net.subnet is None
 
 
@@ -216,7 +217,7 @@ def test_session_command_round_trips_through_a_shell(tmp_path) -> None:  # type:
     fake = tmp_path / "mpirun"
     fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
     fake.chmod(0o755)
-    cmd = launch.session_command(p)
+    cmd = executor.session_command(p)
     rc, out, err = session(cmd, {"PATH": f"{tmp_path}:/usr/bin:/bin"})
     assert rc == 0, err
     assert out.splitlines() == p.argv[1:]
@@ -229,7 +230,7 @@ def test_session_exit_code_is_mpiruns_and_hangup_ends_the_job(tmp_path) -> None:
     fake.write_text("#!/bin/sh\nexit 3\n")
     fake.chmod(0o755)
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
-    cmd = launch.session_command(p)
+    cmd = executor.session_command(p)
     rc, _, err = session(cmd, env)
     assert rc == 3
     assert err == ""

@@ -1,0 +1,226 @@
+"""Execute a planned job on the head, attached to this process, and clean up after it.
+
+The controller logs in to the head as the MPI user (:mod:`mpictl.remote`) and runs the session
+script ``mpictl/scripts/job_session.sh`` there: it starts mpirun in its own process group with
+stdin from /dev/null and watches the SSH channel. When the controller closes it (Ctrl-C,
+SIGTERM, SIGHUP, ``--timeout``) or the connection drops, the session ends mpirun's process group
+and mpirun takes the job down on every node. After a failed, timed-out or interrupted job the
+controller runs ``job_cleanup.py`` on every node (from the head), which kills whatever still
+carries the job's ``MPICTL_JOB_ID`` and reports what it found.
+
+Output streams live (stdout and stderr separately, through a callback) into the job record's
+output file; the exit code is mpirun's, 124 on timeout, 128+N when signal N ended the run.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpictl import jobs, programs, remote
+from mpictl.errors import JobError
+from mpictl.planner import LaunchPlan
+
+OutputHandler = Callable[[str, str], None]  # (stream "stdout"|"stderr", line with newline)
+
+TIMEOUT_EXIT = 124
+INTERRUPT_EXIT = 130
+SESSION = "job_session.sh"
+CLEANUP = "job_cleanup.py"
+#: Signals that end an attached job as Ctrl-C does (``timeout``, a closed terminal).
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class CleanupReport:
+    per_host: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def killed(self) -> int:
+        return sum(int(r.get("found") or 0) for r in self.per_host)
+
+    @property
+    def left(self) -> list[str]:
+        return [r["host"] for r in self.per_host if not r.get("ok") or r.get("left")]
+
+
+@dataclass
+class JobResult:
+    job_id: str
+    exit_code: int
+    status: str  # ok, failed, timeout, interrupted
+    duration_s: float
+    cleanup: CleanupReport | None = None
+
+
+class _Ended(Exception):
+    """A signal in :data:`ENDING_SIGNALS` arrived while the job ran."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _EndingSignals:
+    """While armed, SIGTERM/SIGHUP raise :class:`_Ended` (as SIGINT raises KeyboardInterrupt);
+    once disarmed they are only noted, so ending the job, the cleanup and the record are never
+    cut short. The previous handlers come back on exit. Outside the main thread no handler can
+    be set, and the defaults stay."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, _frame: Any) -> None:
+        if self.armed:
+            self.armed = False
+            raise _Ended(signum)
+
+    def __enter__(self) -> _EndingSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handler) for sig in ENDING_SIGNALS}
+            self.armed = True
+        return self
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def __exit__(self, *exc: object) -> None:
+        self.armed = False
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def session_command(plan: LaunchPlan) -> str:
+    """The remote shell command line that runs ``plan`` on the head (any POSIX login shell)."""
+    opts = plan.mpirun[1:]
+    script = programs.source(SESSION)
+    args = ["bash", "-c", script, "mpictl-job", str(len(opts)), *opts, *plan.command]
+    return "exec " + shlex.join(args)
+
+
+def cleanup(head: remote.HeadSSH, job_id: str, hosts: Sequence[str]) -> CleanupReport:
+    """Kill leftovers of ``job_id`` on ``hosts`` (from the head, as the MPI user) and report."""
+    outputs = remote.run_on_nodes(
+        head, hosts, f"python3 - {shlex.quote(job_id)}", programs.source(CLEANUP), timeout=30
+    )
+    report = CleanupReport()
+    for host in hosts:
+        out = outputs.get(host)
+        parts = out.stdout.split() if out else []
+        if out is not None and out.ok and len(parts) == 2 and all(p.isdigit() for p in parts):
+            report.per_host.append(
+                {"host": host, "ok": True, "found": int(parts[0]), "left": int(parts[1])}
+            )
+        else:
+            error = out.error if out is not None else "no answer"
+            report.per_host.append({"host": host, "ok": False, "error": error})
+    return report
+
+
+def _pump(stream: Any, name: str, sink: Callable[[str, str], None]) -> None:
+    for raw in iter(stream.readline, b""):
+        sink(name, raw.decode("utf-8", errors="replace"))
+    stream.close()
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], timeout: float | None, started: float, signals: _EndingSignals
+) -> tuple[str, int]:
+    """Wait for the session; ("", 0) when it ended by itself, else why it must be ended."""
+    try:
+        while proc.poll() is None:
+            if timeout is not None and time.monotonic() - started > timeout:
+                return "timeout", TIMEOUT_EXIT
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        return "interrupted", INTERRUPT_EXIT
+    except _Ended as ended:
+        return "interrupted", 128 + ended.signum
+    finally:
+        signals.disarm()
+    return "", 0
+
+
+def execute(
+    plan: LaunchPlan,
+    record: jobs.JobRecord,
+    head: remote.HeadSSH,
+    *,
+    on_output: OutputHandler | None = None,
+    timeout: float | None = None,
+) -> JobResult:
+    """Run ``plan`` on the head, streaming output into ``record``; end the job on timeout,
+    Ctrl-C, SIGTERM or SIGHUP (status ``interrupted``, exit 130/143/129), clean up and finish
+    the record in every case."""
+    lock = threading.Lock()
+    log = record.output_path.open("ab")
+
+    def sink(stream: str, line: str) -> None:
+        with lock:
+            log.write(line.encode())
+            log.flush()
+            if on_output is not None:
+                on_output(stream, line)
+
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        head.argv(session_command(plan)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # the terminal's Ctrl-C reaches us, not ssh
+    )
+    threads = [
+        threading.Thread(target=_pump, args=(proc.stdout, "stdout", sink), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, "stderr", sink), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    with _EndingSignals() as signals:
+        status, exit_code = _wait(proc, timeout, started, signals)
+        if status:
+            sink("stderr", f"mpictl: {status}: ending job {plan.job_id} on every node\n")
+            _hang_up(proc)
+        rc = proc.wait()
+        for t in threads:
+            t.join(timeout=5)
+        report = _cleanup_if_needed(head, plan, sink) if status or rc != 0 else None
+        log.close()
+        if not status:
+            exit_code, status = rc, "ok" if rc == 0 else "failed"
+        jobs.finish(record, exit_code=exit_code, status=status)
+    return JobResult(plan.job_id, exit_code, status, time.monotonic() - started, report)
+
+
+def _cleanup_if_needed(
+    head: remote.HeadSSH, plan: LaunchPlan, sink: Callable[[str, str], None]
+) -> CleanupReport:
+    try:
+        report = cleanup(head, plan.job_id, [h for h, _ in plan.hosts])
+    except JobError as exc:
+        report = CleanupReport([{"host": head.node.name, "ok": False, "error": str(exc)}])
+    if report.killed:
+        sink("stderr", f"mpictl: cleanup ended {report.killed} leftover process(es)\n")
+    if report.left:
+        sink("stderr", f"mpictl: cleanup could not verify {', '.join(report.left)}\n")
+    return report
+
+
+def _hang_up(proc: subprocess.Popen[bytes]) -> None:
+    """Close the SSH channel's stdin (the remote session then ends mpirun), then wait."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=25)
+    except subprocess.TimeoutExpired:
+        proc.kill()

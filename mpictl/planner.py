@@ -1,0 +1,235 @@
+"""The mpirun command line of a job: validate what the user asked for and plan it (pure).
+
+Nothing here touches a node or the job records; :func:`plan` raises :class:`UsageError` (one
+line) for anything wrong, before anything starts. Executing a plan is :mod:`mpictl.executor`'s
+job; :mod:`mpictl.submit` ties the two to a job record.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mpictl import settings as cluster_settings
+from mpictl.errors import UsageError
+from mpictl.inventory import Cluster, Node
+from mpictl.network import Network
+
+DEFAULT_MASTER_PORT = 29500
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MCA_NAME = re.compile(r"^[A-Za-z0-9_^-]+$")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What the user asked for (``mpictl run`` options)."""
+
+    command: Sequence[str]
+    np: int | None = None
+    ppn: int | None = None
+    hosts: Sequence[str] | None = None
+    env: Sequence[str] = ()
+    mca: Sequence[str] = ()
+    torch: bool = False
+    timeout: float | None = None
+    oversubscribe: bool = False
+    master_port: int = DEFAULT_MASTER_PORT
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The validated job: the launcher's argv and what it will occupy."""
+
+    mpirun: list[str]  # the launcher (mpirun) and its options, without the user's command
+    command: list[str]  # what every rank runs (the torch wrapper included)
+    hosts: list[tuple[str, int]]  # (address, ranks it may hold) in mapping order
+    ranks: int
+    network: Network | None
+    job_id: str
+    torch: bool = False
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.mpirun, *self.command]
+
+    @property
+    def display(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the ranks go: the nodes, each node's ranks and slots, the rank count."""
+
+    nodes: list[Node]
+    per_host: dict[str, int]  # node name -> ranks it may hold
+    slots: dict[str, int]  # node name -> its slots
+    ranks: int
+
+
+def parse_env(items: Sequence[str]) -> list[str]:
+    for item in items:
+        if not _ENV_NAME.match(item.split("=", 1)[0]):
+            raise UsageError(f"-x {item!r}: expected NAME or NAME=VALUE")
+    return list(items)
+
+
+def parse_mca(items: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not _MCA_NAME.match(key) or value == "":
+            raise UsageError(f"--mca {item!r}: expected KEY=VALUE (e.g. btl_tcp_if_include=eth0)")
+        out.append((key, value))
+    return out
+
+
+def select_nodes(cluster: Cluster, hosts: Sequence[str] | None) -> list[Node]:
+    """The nodes of ``--hosts`` (inventory names or addresses), or every node."""
+    if not hosts:
+        return list(cluster.nodes)
+    chosen: list[Node] = []
+    known = {n.name: n for n in cluster.nodes} | {n.address: n for n in cluster.nodes}
+    for raw in hosts:
+        name = raw.strip()
+        if not name:
+            raise UsageError("--hosts: empty host name")
+        node = known.get(name)
+        if node is None:
+            raise UsageError(
+                f"--hosts: unknown host '{name}' (the inventory's mpi_nodes are: "
+                f"{', '.join(cluster.names)})"
+            )
+        if node in chosen:
+            raise UsageError(f"--hosts: host '{name}' given twice")
+        chosen.append(node)
+    return chosen
+
+
+def rank0_host(cluster: Cluster, nodes: Sequence[Node]) -> Node:
+    """Where mpirun places rank 0: the node mpirun runs on (the head) when it is part of the
+    allocation (PRRTE puts its own node first), else the first host given."""
+    return cluster.head if cluster.head in nodes else nodes[0]
+
+
+def check_numbers(options: LaunchOptions) -> None:
+    if not options.command:
+        raise UsageError("no command to run: give it after `--` (e.g. mpictl run -- hostname)")
+    if options.np is not None and options.np <= 0:
+        raise UsageError(f"-np must be a positive number of ranks, got {options.np}")
+    if options.ppn is not None and options.ppn <= 0:
+        raise UsageError(f"--ppn must be a positive number of ranks per node, got {options.ppn}")
+    if options.timeout is not None and options.timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {options.timeout}")
+    if not 0 < options.master_port < 65536:
+        raise UsageError(f"--master-port must be a TCP port, got {options.master_port}")
+
+
+def place(cluster: Cluster, options: LaunchOptions) -> Placement:
+    """The nodes and rank counts of a job; refuses more ranks than slots unless oversubscribed."""
+    nodes = select_nodes(cluster, options.hosts)
+    slots = {n.name: s for n, s in cluster.require_slots()}
+    if options.ppn is not None:
+        over = [n.name for n in nodes if options.ppn > slots[n.name]]
+        if over and not options.oversubscribe:
+            raise UsageError(
+                f"--ppn {options.ppn} exceeds the slots of {', '.join(over)} "
+                f"({', '.join(str(slots[n]) for n in over)}); add --oversubscribe to allow it"
+            )
+        per_host = {n.name: options.ppn for n in nodes}
+    else:
+        per_host = {n.name: slots[n.name] for n in nodes}
+    capacity = sum(per_host.values())
+    ranks = options.np if options.np is not None else capacity
+    if ranks > capacity and not options.oversubscribe:
+        where = ", ".join(n.name for n in nodes)
+        if options.ppn:
+            room = f"--ppn {options.ppn} x {len(nodes)} host(s) = {capacity} ({where})"
+        else:
+            room = f"the {capacity} slots of {where}"
+        raise UsageError(f"-np {ranks} is more ranks than {room}; add --oversubscribe to allow it")
+    return Placement(nodes=nodes, per_host=per_host, slots=slots, ranks=ranks)
+
+
+def _mca_args(mca: list[tuple[str, str]], network: Network | None) -> list[str]:
+    argv: list[str] = []
+    user_mca = {k for k, _ in mca}
+    # Defaults a user's own --mca of the same key replaces (mpirun refuses a key given twice).
+    for key, value in (("pml", "ob1"), ("btl", "^openib")):
+        if key not in user_mca:
+            argv += ["--mca", key, value]
+    if network is not None and not user_mca & {"btl_tcp_if_include", "btl_tcp_if_exclude"}:
+        argv += ["--mca", "btl_tcp_if_include", network.btl_tcp_if_include]
+    for key, value in mca:
+        argv += ["--mca", key, value]
+    return argv
+
+
+def _env_args(
+    cluster: Cluster,
+    options: LaunchOptions,
+    env: list[str],
+    nodes: list[Node],
+    network: Network | None,
+    job_id: str,
+) -> list[str]:
+    argv = ["-x", f"MPICTL_JOB_ID={job_id}"]
+    user_env = {item.split("=", 1)[0] for item in env}
+    # NCCL picks the first interface it likes, often docker0 or a management NIC; name the
+    # one MPI uses. Passed on every job (nothing reads it where NCCL is absent), so the job
+    # record shows exactly what ran, and a user's own -x NCCL_SOCKET_IFNAME wins.
+    if network is not None and "NCCL_SOCKET_IFNAME" not in user_env:
+        argv += ["-x", f"NCCL_SOCKET_IFNAME={network.nccl_socket_ifname}"]
+    if options.torch:
+        if network is not None and len(network.names) == 1 and "GLOO_SOCKET_IFNAME" not in user_env:
+            argv += ["-x", f"GLOO_SOCKET_IFNAME={network.names[0]}"]
+        if "MASTER_ADDR" not in user_env:
+            argv += ["-x", f"MASTER_ADDR={rank0_host(cluster, nodes).address}"]
+        if "MASTER_PORT" not in user_env:
+            argv += ["-x", f"MASTER_PORT={options.master_port}"]
+    for item in env:
+        argv += ["-x", item]
+    return argv
+
+
+def plan(
+    cluster: Cluster,
+    options: LaunchOptions,
+    job_id: str,
+    network: Network | None = None,
+    settings: cluster_settings.ClusterSettings | None = None,
+) -> LaunchPlan:
+    """Validate ``options`` against the inventory and build the mpirun command line."""
+    check_numbers(options)
+    env = parse_env(options.env)
+    mca = parse_mca(options.mca)
+    where = place(cluster, options)
+    settings = settings or cluster_settings.for_cluster(cluster)
+
+    mapping = f"ppr:{options.ppn}:node" if options.ppn else "slot"
+    if options.oversubscribe:
+        mapping += ":OVERSUBSCRIBE"
+    argv = ["mpirun"]
+    if options.hosts:
+        argv += ["--host", ",".join(f"{n.address}:{where.slots[n.name]}" for n in where.nodes)]
+    else:
+        argv += ["--hostfile", settings.hostfile]
+    argv += ["-np", str(where.ranks), "--bind-to", "none", "--map-by", mapping]
+    argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
+    argv += _mca_args(mca, network)
+    argv += ["--tag-output"]
+    argv += _env_args(cluster, options, env, where.nodes, network, job_id)
+    command = list(options.command)
+    if options.torch:
+        command = [settings.torch_env, *command]
+    return LaunchPlan(
+        mpirun=argv,
+        command=command,
+        hosts=[(n.address, where.per_host[n.name]) for n in where.nodes],
+        ranks=where.ranks,
+        network=network,
+        job_id=job_id,
+        torch=options.torch,
+    )

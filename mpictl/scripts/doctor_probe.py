@@ -1,0 +1,170 @@
+"""What ``mpictl doctor`` needs to know about one node, as one JSON object.
+
+Runs on every node with its system python3, as the MPI user, over the same kind of
+non-interactive SSH session that mpirun uses: ``python3 - SPEC_JSON``. SPEC is
+``{"targets": {name: address}, "hostfile": path, "venv_python": path, "venv_program": source,
+"tools": [paths]}``. Reports PATH and LD_LIBRARY_PATH of this session, where mpirun and prted
+are, the versions of OpenMPI, NCCL and (through ``venv_program``, run with ``venv_python``) the
+venv's packages, the build-fingerprint markers under /opt and beside the libnccl the linker
+finds, cores, GPUs, IPv4 addresses and the default route's interface, TCP reachability of every
+target's SSH port, the hostfile's text and which tools exist. Standard library only.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from typing import Any
+
+
+def run(cmd: list[str], timeout: float = 60) -> tuple[int, str, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout.strip(), p.stderr.strip()
+    except Exception as exc:  # noqa: BLE001 - a command that cannot run is reported, not raised
+        return 127, "", str(exc)
+
+
+def read_marker(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()[:200]
+    except OSError as exc:
+        return f"unreadable: {exc}"
+
+
+def markers(root: str = "/opt", depth: int = 4) -> dict[str, str]:
+    """Build-fingerprint markers (``.mpictl*`` files) up to ``depth`` levels below ``root``."""
+    out = {}
+    for level in range(1, depth + 1):
+        for path in glob.glob(root + "/*" * level + "/.mpictl*"):
+            if os.path.isfile(path):
+                out[path] = read_marker(path)
+    return out
+
+
+def openmpi(versions: dict[str, Any], out: dict[str, Any]) -> None:
+    mpirun = shutil.which("mpirun")
+    out["mpirun"], out["prted"] = mpirun, shutil.which("prted")
+    if mpirun:
+        rc, so, se = run([mpirun, "--version"])
+        versions["openmpi"] = (
+            so.splitlines()[0] if rc == 0 and so else "error: " + (se or so)[-200:]
+        )
+        out["openmpi_prefix"] = os.path.dirname(os.path.dirname(os.path.realpath(mpirun)))
+
+
+def venv(spec: dict[str, Any], versions: dict[str, Any]) -> bool:
+    py = spec["venv_python"]
+    if not os.path.exists(py):
+        return False
+    rc, so, se = run([py, "-c", spec["venv_program"]])
+    try:
+        versions.update(json.loads(so.splitlines()[-1]))
+    except (ValueError, IndexError):
+        versions["mpi4py"] = "error: " + (se or so)[-200:]
+    return True
+
+
+def nccl(ldconfig_output: str, versions: dict[str, Any], found: dict[str, str]) -> None:
+    """The libnccl the linker finds (from ``ldconfig -p``), and the marker of its install tree."""
+    for line in ldconfig_output.splitlines():
+        if "libnccl.so" in line and "=>" in line:
+            real = os.path.realpath(line.split("=>")[-1].strip())
+            m = re.search(r"libnccl\.so\.([\d.]+)$", real)
+            versions["nccl"] = m.group(1) if m else real
+            marker = os.path.join(os.path.dirname(os.path.dirname(real)), ".mpictl-fingerprint")
+            if os.path.isfile(marker):
+                found[marker] = read_marker(marker)
+            return
+
+
+def gpus() -> int:
+    if shutil.which("nvidia-smi"):
+        rc, so, _ = run(["nvidia-smi", "-L"])
+        return sum(1 for line in so.splitlines() if line.startswith("GPU ")) if rc == 0 else 0
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def ipv4_addresses(ip_output: str) -> list[list[str]]:
+    """[interface, address/prefix] pairs from ``ip -o -4 addr show``."""
+    nets = []
+    for line in ip_output.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "inet":
+            nets.append([parts[1], parts[3]])
+    return nets
+
+
+def default_interface(route_output: str) -> str | None:
+    """The interface of the default route, from ``ip -o -4 route show default``."""
+    for line in route_output.splitlines():
+        parts = line.split()
+        if "dev" in parts[:-1]:
+            return parts[parts.index("dev") + 1]
+    return None
+
+
+def reach(targets: dict[str, str], port: int = 22) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, addr in targets.items():
+        try:
+            ip = socket.gethostbyname(addr)
+        except OSError as exc:
+            out[name] = {"ip": None, "tcp": False, "error": f"cannot resolve {addr}: {exc}"}
+            continue
+        try:
+            socket.create_connection((ip, port), timeout=3).close()
+            out[name] = {"ip": ip, "tcp": True, "error": ""}
+        except OSError as exc:
+            out[name] = {"ip": ip, "tcp": False, "error": f"{ip}:{port}: {exc}"}
+    return out
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 0
+
+
+def probe(spec: dict[str, Any]) -> dict[str, Any]:
+    versions: dict[str, Any] = {}
+    out: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "path": os.environ.get("PATH", ""),
+        "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
+        "versions": versions,
+    }
+    openmpi(versions, out)
+    out["markers"] = markers()
+    out["venv"] = venv(spec, versions)
+    nccl(run(["/sbin/ldconfig", "-p"])[1], versions, out["markers"])
+    out["cores"] = cores()
+    out["gpus"] = gpus()
+    out["ipv4"] = ipv4_addresses(run(["ip", "-o", "-4", "addr", "show"])[1])
+    out["default_interface"] = default_interface(
+        run(["ip", "-o", "-4", "route", "show", "default"])[1]
+    )
+    out["reach"] = reach(spec["targets"])
+    out["hostfile"] = read_text(spec["hostfile"])
+    out["tools"] = {p: os.path.exists(p) for p in spec["tools"]}
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe(json.loads(sys.argv[1]))))

@@ -1,0 +1,31 @@
+"""Versions of the cluster venv's MPI and deep-learning packages (part of ``mpictl doctor``).
+
+Runs with the cluster venv's python (the doctor probe starts it). Prints one JSON object: the
+``__version__`` of mpi4py, horovod and torch (null when the module does not import) and
+``mpi4py_library``, the first line of the MPI library mpi4py is linked against.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def versions() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("mpi4py", "horovod", "torch"):
+        try:
+            out[name] = getattr(__import__(name), "__version__", "?")
+        except Exception:  # noqa: BLE001 - a module that does not import has no version
+            out[name] = None
+    try:
+        from mpi4py import MPI
+
+        out["mpi4py_library"] = MPI.Get_library_version().splitlines()[0].strip()
+    except Exception as exc:  # noqa: BLE001
+        out["mpi4py_library"] = f"error: {exc}"
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(versions()))

@@ -1,0 +1,92 @@
+"""Values the roles and the job side share: the MPI user and where the roles put things on nodes.
+
+Their one home is ``roles/cluster_defaults/defaults/main.yml`` (literal values), which every role
+that uses one depends on. The job side (run, smoke, bench, doctor) reads them from the head's
+inventory variables, falling back to that same file, so a site that sets ``mpi_hostfile_path`` or
+``mpi_cluster_venv`` in its inventory moves the roles and the CLI together.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpictl import paths
+from mpictl.errors import InventoryError
+from mpictl.inventory import Cluster
+
+KEYS = {
+    "user": "mpi_user",
+    "venv": "mpi_cluster_venv",
+    "hostfile": "mpi_hostfile_path",
+    "tools_dir": "mpi_tools_dir",
+    "bin_dir": "mpi_bin_dir",
+}
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    user: str  # the MPI user (jobs run as this user on every node)
+    venv: str  # the cluster venv
+    hostfile: str  # the hostfile the hostfile role renders
+    tools_dir: str  # the smoke and bench programs (mpi_jobs role)
+    bin_dir: str  # the torch environment wrapper (mpi_jobs role)
+
+    @property
+    def venv_python(self) -> str:
+        return f"{self.venv}/bin/python"
+
+    @property
+    def torch_env(self) -> str:
+        return f"{self.bin_dir}/mpictl-torch-env"
+
+    def tool(self, name: str) -> str:
+        """Path of one of the job side's programs (``smoke_mpi.py``, ...) on the nodes."""
+        return f"{self.tools_dir}/{name}"
+
+
+def defaults_file() -> Path:
+    return paths.project_root() / "roles" / "cluster_defaults" / "defaults" / "main.yml"
+
+
+@functools.cache
+def defaults() -> dict[str, str]:
+    """The shared defaults (variable name -> value), read from the roles' own file."""
+    import yaml
+
+    path = defaults_file()
+    data = yaml.safe_load(path.read_text())
+    missing = [var for var in KEYS.values() if not isinstance((data or {}).get(var), str)]
+    if missing:
+        raise InventoryError(f"{path}: {', '.join(missing)} must be set (strings)")
+    return {var: data[var] for var in KEYS.values()}
+
+
+def _template(value: Any, variables: Mapping[str, Any]) -> Any:
+    if not isinstance(value, str) or "{{" not in value:
+        return value
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    try:
+        return Templar(loader=DataLoader(), variables=dict(variables)).template(value)
+    except Exception as exc:  # noqa: BLE001 - Ansible raises many kinds; one line for the user
+        raise InventoryError(f"cannot template {value!r}: {str(exc).splitlines()[0]}") from None
+
+
+def for_cluster(cluster: Cluster) -> ClusterSettings:
+    """The head's values of the shared variables (inventory first, then the shared defaults)."""
+    base = defaults()
+    head_vars = {**(cluster.head.facts or {}), **base, **(cluster.head.vars or {})}
+    values = {}
+    for field, var in KEYS.items():
+        value = _template(head_vars.get(var, base[var]), head_vars)
+        if not isinstance(value, str) or not value:
+            raise InventoryError(f"{cluster.head.name}: {var} must be a non-empty string")
+        if field != "user" and not value.startswith("/"):
+            raise InventoryError(f"{cluster.head.name}: {var} must be an absolute path: {value}")
+        values[field] = value.rstrip("/") if field != "user" else value
+    return ClusterSettings(**values)
