@@ -60,3 +60,23 @@ def entries_from_hostvars(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> 
             raise InventoryError(f"{host}: mpi_slots is not set and no facts were gathered")
         entries.append(HostEntry(str(hv.get("mpi_address") or host), slots))
     return entries
+
+
+def parse_hostfile(text: str) -> dict[str, int]:
+    """host -> slots of an OpenMPI hostfile (``host slots=N``; comments and blank lines
+    skipped; no ``slots=`` means 1)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        slots = 1
+        for p in parts[1:]:
+            if p.startswith("slots="):
+                try:
+                    slots = int(p.split("=", 1)[1])
+                except ValueError:
+                    slots = 0
+        out[parts[0]] = slots
+    return out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import bench, doctor, jobs, planner, smoke, submit
+from mpictl import bench, doctor, hostfile, jobs, planner, smoke, submit
 from mpictl.errors import UsageError
 from mpictl.remote import NodeOutput, json_lines
 from tests.unit.jobside import three
@@ -328,7 +328,7 @@ def test_doctor_slots_vs_gpus_and_hostfile() -> None:
 
 
 def test_parse_hostfile() -> None:
-    assert doctor.parse_hostfile("# x\nnode1 slots=4\nnode2\n") == {"node1": 4, "node2": 1}
+    assert hostfile.parse_hostfile("# x\nnode1 slots=4\nnode2\n") == {"node1": 4, "node2": 1}
 
 
 # ----------------------------------------------------------------------------- torch wrapper

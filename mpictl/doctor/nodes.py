@@ -1,0 +1,158 @@
+"""Checks of each node's own stack from its probe: SSH from the head, the non-interactive
+environment, the cluster venv, identical versions and build fingerprints, the job tools."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from mpictl import remote
+from mpictl.doctor.report import Check
+from mpictl.inventory import Cluster
+from mpictl.settings import ClusterSettings
+
+REQUIRED = ("openmpi", "mpi4py", "mpi4py_library")
+VERSION_KEYS = ("openmpi", "mpi4py", "mpi4py_library", "horovod", "torch", "nccl")
+
+
+def _differs(
+    label: str, values: Mapping[str, Any], fix: str, required: bool = False
+) -> list[Check]:
+    """One check: every node holds the same value (absent everywhere is fine unless required)."""
+    present = {n: v for n, v in values.items() if v is not None}
+    if not present:
+        return [
+            Check(label, "all", not required, "not installed on any node", fix if required else "")
+        ]
+    counts = Counter(str(v) for v in present.values())
+    majority, _ = counts.most_common(1)[0]
+    odd = [n for n, v in values.items() if v is None or str(v) != majority]
+    if not odd:
+        return [Check(label, "all", True, majority)]
+    out = []
+    for n in odd:
+        have = "missing" if values[n] is None else str(values[n])
+        out.append(Check(label, n, False, f"{have}; other nodes: {majority}", fix))
+    return out
+
+
+def _probe_json(out: remote.NodeOutput) -> dict[str, Any] | None:
+    for line in reversed(out.stdout.splitlines()):
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+def ssh_checks(
+    cluster: Cluster, probes: Mapping[str, remote.NodeOutput], provision: str
+) -> tuple[list[Check], dict[str, dict[str, Any]]]:
+    """SSH head -> every node, and the probe data of the nodes that answered."""
+    head = cluster.head.name
+    checks: list[Check] = []
+    data: dict[str, dict[str, Any]] = {}
+    for node in cluster.nodes:
+        out = probes.get(node.name)
+        if out is None or out.rc == 255:
+            why = out.error if out is not None else "no answer"
+            checks.append(
+                Check(
+                    "ssh from head",
+                    node.name,
+                    False,
+                    f"ssh {node.address} from {head} (BatchMode, strict host keys): {why}",
+                    f"start the node; {provision} (ssh_mesh: cluster key, pinned host keys)",
+                )
+            )
+            continue
+        parsed = _probe_json(out)
+        if parsed is None:
+            checks.append(
+                Check(
+                    "ssh from head",
+                    node.name,
+                    False,
+                    f"logged in, but the probe failed: {out.error}",
+                    "check that python3 is installed on the node",
+                )
+            )
+            continue
+        checks.append(
+            Check("ssh from head", node.name, True, f"{head} -> {node.address} as MPI user")
+        )
+        data[node.name] = parsed
+    return checks, data
+
+
+def env_checks(
+    data: Mapping[str, Mapping[str, Any]], settings: ClusterSettings, provision: str
+) -> list[Check]:
+    """PATH / LD_LIBRARY_PATH of a non-interactive session, and the cluster venv."""
+    checks: list[Check] = []
+    env_fix = f"{provision} (mpi_environment writes PATH/LD_LIBRARY_PATH to /etc/environment)"
+    for name, d in data.items():
+        problems = []
+        if not d.get("mpirun"):
+            problems.append("mpirun not in PATH")
+        if not d.get("prted"):
+            problems.append("prted not in PATH")
+        prefix = d.get("openmpi_prefix")
+        if prefix:
+            if f"{prefix}/bin" not in d.get("path", "").split(":"):
+                problems.append(f"PATH lacks {prefix}/bin")
+            if f"{prefix}/lib" not in d.get("ld_library_path", "").split(":"):
+                problems.append(f"LD_LIBRARY_PATH lacks {prefix}/lib")
+        detail = "; ".join(problems) or f"PATH={d.get('path')} LD_LIBRARY_PATH=" + str(
+            d.get("ld_library_path") or ""
+        )
+        checks.append(
+            Check("non-interactive env", name, not problems, detail, env_fix if problems else "")
+        )
+    # the cluster venv (mpi4py, Horovod, the smoke/bench programs run with it)
+    for name, d in data.items():
+        if not d.get("venv"):
+            checks.append(
+                Check(
+                    "cluster venv",
+                    name,
+                    False,
+                    f"{settings.venv_python} is missing or broken",
+                    f"{provision} (mpi4py role: cluster venv)",
+                )
+            )
+    return checks
+
+
+def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[Check]:
+    """Identical versions and build fingerprints everywhere, and the job side's tools."""
+    checks: list[Check] = []
+    vfix = f"{provision} (build-once reinstalls the cached build where the marker differs)"
+    for key in VERSION_KEYS:
+        values = {n: d.get("versions", {}).get(key) for n, d in data.items()}
+        checks += _differs(f"{key} version", values, vfix, key in REQUIRED)
+    marker_paths = sorted({p for d in data.values() for p in d.get("markers", {})})
+    for path in marker_paths:
+        values = {n: d.get("markers", {}).get(path) for n, d in data.items()}
+        checks += _differs(f"fingerprint {path}", values, vfix)
+    if not marker_paths:
+        checks.append(Check("fingerprints", "all", False, "no build markers under /opt", vfix))
+    tools = sorted({p for d in data.values() for p in d.get("tools", {})})
+    missing = {n: [p for p in tools if not d.get("tools", {}).get(p)] for n, d in data.items()}
+    for n, paths_missing in missing.items():
+        if paths_missing:
+            checks.append(
+                Check(
+                    "job tools",
+                    n,
+                    False,
+                    "missing: " + ", ".join(paths_missing),
+                    f"{provision} (mpi_jobs role)",
+                )
+            )
+    if not any(missing.values()):
+        checks.append(Check("job tools", "all", True, "torch wrapper, smoke and bench programs"))
+    return checks

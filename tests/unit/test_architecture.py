@@ -1,0 +1,142 @@
+"""The module map of docs/ARCHITECTURE.md is the import contract, and it holds: every import
+between mpictl modules (lazy and TYPE_CHECKING ones too) is one the table allows, the graph has
+no cycle, and no module passes ~400 lines without saying why in its docstring."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "mpictl"
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+MAX_LINES = 420  # "~400": a module this long must give its reason in a docstring line "Size:"
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name below ``mpictl`` ("" for the package itself) -> file. Node programs
+    (``scripts/``) and data are not modules of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("").parts
+        if rel[0] in ("scripts", "data"):
+            continue
+        out[".".join(rel[:-1] if rel[-1] == "__init__" else rel)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The mpictl modules ``name`` imports (dotted names below ``mpictl``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            bases = [a.name for a in node.names]
+            names: list[str] = []
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[: len(parts) - node.level + 1]
+                bases = [".".join(["mpictl", *parts, *([node.module] if node.module else [])])]
+            else:
+                bases = [node.module or ""]
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for base in bases:
+            if base != "mpictl" and not base.startswith("mpictl."):
+                continue
+            inner = base.removeprefix("mpictl").removeprefix(".")
+            subs = [f"{inner}.{n}".lstrip(".") for n in names]
+            hits = [s for s in subs if s in known]
+            found |= set(hits) if hits else {inner}
+    found.discard(name)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def group(name: str) -> str:
+    """The row of the module map a module belongs to (a package's modules share its row)."""
+    return name.split(".")[0] if name else "mpictl"
+
+
+def documented() -> dict[str, set[str] | None]:
+    """module -> modules it may import (None: any), from the table of ARCHITECTURE.md."""
+    rows: dict[str, set[str] | None] = {}
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        allowed = set(re.findall(r"`([\w.]+)`", cells[2]))
+        for name in re.findall(r"`([\w.]+)`", cells[0]):
+            rows[name] = None if cells[2] == "any" else allowed
+    return rows
+
+
+def test_every_module_has_a_row_in_the_module_map() -> None:
+    rows = documented()
+    missing = sorted({group(m) for m in modules()} - set(rows) - {"mpictl", "__main__"})
+    assert not missing, f"docs/ARCHITECTURE.md's module map lacks {missing}"
+
+
+def test_imports_follow_the_module_map() -> None:
+    rows = documented()
+    wrong = []
+    for name, deps in graph().items():
+        allowed = rows.get(group(name))
+        if allowed is None:
+            continue
+        for dep in deps:
+            if group(dep) != group(name) and group(dep) not in allowed | {"mpictl"}:
+                wrong.append(f"{name or 'mpictl'} imports {dep}")
+    assert not wrong, "imports the module map does not allow: " + "; ".join(sorted(wrong))
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    deps = graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(deps.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt) :] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(deps):
+        if node not in state:
+            visit(node)
+
+
+def test_no_module_is_long_without_a_reason() -> None:
+    long = []
+    for path in modules().values():
+        lines = len(path.read_text().splitlines())
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if lines > MAX_LINES and not re.search(r"^Size:", doc, re.M):
+            long.append(f"mpictl/{path.relative_to(PACKAGE)} ({lines} lines)")
+    assert not long, "modules over ~400 lines without a 'Size:' reason: " + ", ".join(long)
+
+
+def test_the_checks_see_a_cycle_and_a_forbidden_import(tmp_path: Path) -> None:
+    """The parser finds lazy, relative and TYPE_CHECKING imports (else the checks prove nothing)."""
+    src = tmp_path / "m.py"
+    src.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from mpictl import jobs\n"
+        "if TYPE_CHECKING:\n    from mpictl.planner import LaunchPlan\n"
+        "def f():\n    import mpictl.remote\n    from .podman import run\n"
+    )
+    known = {"jobs", "planner", "remote", "sandbox.podman"}
+    assert imports("sandbox.m", src, known) == {"jobs", "planner", "remote", "sandbox.podman"}
