@@ -7,10 +7,13 @@
   says ``changed_when``; registered results are named ``__<role prefix>*``
 - a task that copies or reads the cluster private key is ``no_log``
 - templates rendered onto nodes start with ``{{ ansible_managed | comment }}``
+- values several roles share live only in roles/cluster_defaults (literal strings, which the
+  mpictl CLI reads as its fallbacks); a role that mentions one declares that role as a dependency
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +23,22 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
+# The one home of the values several roles share (no tasks/: the per-role tests above skip it).
+CLUSTER_DEFAULTS = ROOT / "roles" / "cluster_defaults"
+# Every role but cluster_defaults (roles are the folders with a meta/main.yml).
+OTHER_ROLES = sorted(
+    p
+    for p in (ROOT / "roles").iterdir()
+    if (p / "meta" / "main.yml").is_file() and p != CLUSTER_DEFAULTS
+)
 
-# Variable prefixes per role (default: "<role>_").
+# Variable prefixes per role (default: "<role>_"). The MPI user's name (mpi_user) and the
+# hostfile's path (mpi_hostfile_path) are cluster_defaults', not ssh_mesh's or hostfile's.
 PREFIXES: dict[str, tuple[str, ...]] = {
-    "ssh_mesh": ("mpi_ssh_", "mpi_user"),
+    "ssh_mesh": ("mpi_ssh_", "mpi_user_"),
     "mpi_environment": ("mpi_env_",),
     "hostfile": ("mpi_hostfile_",),
+    "cluster_defaults": ("mpi_",),
 }
 
 # Keys of a task that are not its module.
@@ -174,7 +187,6 @@ CONTENT_MODULES = {"ansible.builtin.copy", "ansible.builtin.slurp", "ansible.bui
 @pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
 def test_tasks_that_carry_a_secret_are_no_log(role: Path) -> None:
     """A task that copies or reads a private key must not log it (copy's diff, slurp's content)."""
-    import re
 
     # the secret's name, not followed by ".pub" (as in "{{ key }}.pub" or key ~ '.pub')
     private = re.compile(r"\b(" + "|".join(SECRETS) + r")\b(?!\s*(\}\})?\s*~?\s*['\"]?\.pub)")
@@ -197,4 +209,78 @@ def test_templates_start_with_ansible_managed(role: Path) -> None:
         first = template.read_text().lstrip().splitlines()[0]
         assert "ansible_managed" in first and "comment" in first, (
             f"{template.relative_to(ROOT)}: first line must be {{{{ ansible_managed | comment }}}}"
+        )
+
+
+# --- values several roles share: roles/cluster_defaults ------------------------------------------
+
+# The names the mpictl CLI reads (head's inventory variables, else cluster_defaults' file).
+SHARED_NAMES = {"mpi_user", "mpi_cluster_venv", "mpi_hostfile_path", "mpi_tools_dir", "mpi_bin_dir"}
+
+
+def shared_defaults() -> dict[str, Any]:
+    return load_yaml(CLUSTER_DEFAULTS / "defaults" / "main.yml") or {}
+
+
+def yaml_files(role: Path, *folders: str) -> list[Path]:
+    return [p for folder in folders for p in sorted((role / folder).rglob("*.yml"))]
+
+
+def dependency_names(role: Path) -> list[str]:
+    meta = load_yaml(role / "meta" / "main.yml") or {}
+    names = []
+    for dep in meta.get("dependencies") or []:
+        names.append(str(dep.get("role") or dep.get("name")) if isinstance(dep, dict) else str(dep))
+    return names
+
+
+def test_cluster_defaults_layout() -> None:
+    """Defaults only (no tasks), every variable documented, the names the CLI reads."""
+    for rel in ("defaults/main.yml", "meta/main.yml", "README.md"):
+        assert (CLUSTER_DEFAULTS / rel).is_file(), f"cluster_defaults: {rel} is missing"
+    assert not (CLUSTER_DEFAULTS / "tasks").exists(), "cluster_defaults: defaults only, no tasks/"
+    assert dependency_names(CLUSTER_DEFAULTS) == [], "cluster_defaults: depends on no role"
+    defaults = shared_defaults()
+    assert set(defaults) == SHARED_NAMES, f"cluster_defaults: {sorted(defaults)} != {SHARED_NAMES}"
+    readme = (CLUSTER_DEFAULTS / "README.md").read_text()
+    for key in defaults:
+        assert key.startswith(PREFIXES["cluster_defaults"]), f"cluster_defaults: {key} prefix"
+        assert f"`{key}`" in readme, f"cluster_defaults: {key} is not documented in README.md"
+
+
+def test_cluster_defaults_are_literal_strings() -> None:
+    """The CLI reads defaults/main.yml as plain YAML, without templating: no Jinja, no non-str."""
+    for key, value in shared_defaults().items():
+        assert isinstance(value, str), f"cluster_defaults: {key} is not a string: {value!r}"
+        assert not re.search(r"\{\{|\{%|\{#", value), (
+            f"cluster_defaults: {key} has Jinja ({value!r}); the CLI does not template it"
+        )
+
+
+@pytest.mark.parametrize("role", OTHER_ROLES, ids=role_ids(OTHER_ROLES))
+def test_roles_mentioning_a_shared_value_depend_on_cluster_defaults(role: Path) -> None:
+    """A role that reads a shared value loads it through meta/main.yml's dependencies."""
+    names = re.compile(r"\b(" + "|".join(sorted(shared_defaults())) + r")\b")
+    for path in yaml_files(role, "tasks", "handlers", "vars", "defaults") + sorted(
+        (role / "templates").rglob("*")
+    ):
+        if not path.is_file():
+            continue
+        found = names.search(path.read_text())
+        if found:
+            assert "cluster_defaults" in dependency_names(role), (
+                f"{path.relative_to(ROOT)} uses {found.group(1)} but {role.name}/meta/main.yml"
+                " does not list cluster_defaults in its dependencies"
+            )
+
+
+@pytest.mark.parametrize("role", OTHER_ROLES, ids=role_ids(OTHER_ROLES))
+def test_no_role_redefines_a_shared_value(role: Path) -> None:
+    """cluster_defaults is the one home: no role defaults (or fixes) a copy of its values."""
+    shared = set(shared_defaults())
+    for path in yaml_files(role, "defaults", "vars"):
+        data = load_yaml(path) or {}
+        copies = sorted(shared & set(data)) if isinstance(data, dict) else []
+        assert not copies, (
+            f"{path.relative_to(ROOT)} defines {copies}: they belong to roles/cluster_defaults"
         )
