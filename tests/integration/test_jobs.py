@@ -244,6 +244,24 @@ def test_ctrl_c_ends_the_job_on_every_node(inventory: Path, cluster: Cluster) ->
     assert json.loads(mpictl("jobs", "show", job, check=True).stdout)["status"] == "interrupted"
 
 
+def test_sigterm_ends_the_job_and_finalizes_its_record(inventory: Path, cluster: Cluster) -> None:
+    """`timeout 20 mpictl run -- sleep 60`: SIGTERM ends the job on every node as Ctrl-C does,
+    and the record says interrupted with 143 (not running forever)."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        ["timeout", "--preserve-status", "20", sys.executable, "-m", "mpictl", "run", "-i",
+         str(inventory), "--", "sleep", "60"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 143, proc.stderr
+    assert time.monotonic() - start < 50
+    job = job_id_of(proc.stderr)
+    assert leftovers(cluster, job) == {}
+    listed = json.loads(mpictl("jobs", "list", "--json", check=True).stdout)
+    record = next(r for r in listed if r["id"] == job)
+    assert (record["status"], record["exit_code"]) == ("interrupted", 143)
+
+
 def test_run_streams_output_records_the_job_and_keeps_the_exit_code(
     inventory: Path, cluster: Cluster
 ) -> None:
