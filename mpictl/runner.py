@@ -8,6 +8,7 @@ events, so callers never parse Ansible's text output.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import uuid
@@ -75,6 +76,11 @@ class RunResult:
     def changed_tasks(self) -> list[TaskResult]:
         return [r for r in self.task_results() if r.status == "changed"]
 
+    @property
+    def ansible_error(self) -> str | None:
+        """Ansible's own error when it stopped outside any task (see ``first_error``)."""
+        return first_error(self.events)
+
 
 def iter_task_results(events: Sequence[Mapping[str, Any]]) -> list[TaskResult]:
     results = []
@@ -98,6 +104,33 @@ def iter_task_results(events: Sequence[Mapping[str, Any]]) -> list[TaskResult]:
     return results
 
 
+# Events that carry Ansible's messages outside tasks: a playbook that does not parse, a missing
+# role, an undefined variable in a play keyword. Their stdout is Ansible's text, in color.
+MESSAGE_EVENTS = ("error", "verbose")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+ERROR_LINE = re.compile(r"^(?:\[ERROR\]:|ERROR!)\s*(.+)$")
+
+
+def first_error(events: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first error line Ansible printed outside a task (ansible-core >= 2.19 ``[ERROR]: ...``,
+    older ``ERROR! ...``), with the ``Origin:`` (file:line:column) that follows it; None if the
+    run has none. Failed tasks have their own events (``runner_on_failed``) and are not read."""
+    lines = [
+        ANSI.sub("", line).strip()
+        for event in events
+        if event.get("event") in MESSAGE_EVENTS
+        for line in str(event.get("stdout") or "").splitlines()
+    ]
+    for index, line in enumerate(lines):
+        match = ERROR_LINE.match(line)
+        if match is None:
+            continue
+        origin = next((n for n in lines[index + 1 : index + 2] if n.startswith("Origin:")), "")
+        where = f" ({origin.removeprefix('Origin:').strip()})" if origin else ""
+        return match.group(1).strip() + where
+    return None
+
+
 def _stats(raw: Mapping[str, Mapping[str, int]] | None) -> dict[str, HostStats]:
     keys = {
         "ok": "ok",
@@ -116,17 +149,29 @@ def _stats(raw: Mapping[str, Mapping[str, int]] | None) -> dict[str, HostStats]:
 
 
 def environment() -> dict[str, str]:
-    """Environment of every Ansible process mpictl starts."""
+    """Environment of every Ansible process mpictl starts.
+
+    mpictl's own settings, roles and filter plugins are named explicitly (absolute paths), so
+    neither the current directory nor a stray ``ansible.cfg`` or ``ANSIBLE_*`` path of the
+    user's shell changes what mpictl runs. No bytecode is written next to the content (an
+    installed package may be read-only, and nothing is ever written under it).
+    """
     root = paths.project_root()
     bin_dir = str(Path(sys.executable).parent)
     return {
-        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "ANSIBLE_CONFIG": str(paths.ansible_cfg()),
+        "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+        "ANSIBLE_FILTER_PLUGINS": str(paths.filter_plugins_dir()),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "MPICTL_ROOT": str(root),
         "MPICTL_STATE_DIR": str(paths.state_dir()),
         "MPICTL_CACHE_DIR": str(paths.cache_dir()),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+        # the filter plugin imports mpictl: the directory that holds this very package
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(paths.package_dir().parent), os.environ.get("PYTHONPATH")])
+        ),
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
 
 

@@ -49,7 +49,7 @@ class ClusterSettings:
 
 
 def defaults_file() -> Path:
-    return paths.project_root() / "roles" / "cluster_defaults" / "defaults" / "main.yml"
+    return paths.roles_dir() / "cluster_defaults" / "defaults" / "main.yml"
 
 
 @functools.cache

@@ -5,8 +5,8 @@
 #   scripts/fetch-test-sources.sh [DEST_DIR]
 #
 # DEST_DIR defaults to "$MPICTL_CACHE_DIR/sources" (MPICTL_CACHE_DIR defaults to
-# <repo>/.mpictl/cache). Idempotent: a file already present is not downloaded again, so a second
-# run takes well under a second. The vars file is written to "$DEST_DIR/test-sources.yml"
+# $XDG_CACHE_HOME/mpictl, i.e. ~/.cache/mpictl, as for mpictl itself). Idempotent: a file
+# already present is not downloaded again, so a second run takes well under a second. The vars file is written to "$DEST_DIR/test-sources.yml"
 # (override with MPICTL_TEST_SOURCES_VARS) and can be passed as `-e @file`.
 #
 # Debian sources come from Debian's archive through apt itself: a temporary deb-src list whose
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${MPICTL_CACHE_DIR:-${MPICTL_STATE_DIR:-$ROOT/.mpictl}/cache}"
+CACHE="${MPICTL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpictl}"
 DEST="$(mkdir -p "${1:-$CACHE/sources}" && cd "${1:-$CACHE/sources}" && pwd)"
 VARS_FILE="${MPICTL_TEST_SOURCES_VARS:-$DEST/test-sources.yml}"
 

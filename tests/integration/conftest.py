@@ -2,8 +2,8 @@
 
 The sandbox is an independent copy of inventories/sandbox (name ``mpictl-it``, ports 2211-2213)
 so it never clashes with a developer's own sandbox. State (keys, facts, runs) lives in a fresh
-temporary directory; the artifact cache is persistent (``MPICTL_CACHE_DIR``; scripts/test.sh sets
-it to the machine's ``~/.cache/mpictl``, a bare pytest run falls back to ``<repo>/.mpictl/cache``)
+temporary directory; the artifact cache is persistent (``MPICTL_CACHE_DIR``, default the machine's
+``~/.cache/mpictl``)
 so a re-run installs OpenMPI & co. from the cache instead of compiling. A new machine starts with
 an empty cache and therefore proves the cold path.
 Set MPICTL_KEEP_SANDBOX=1 to keep the nodes after the session for debugging.
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mpictl import provision, runner
+from mpictl import paths, provision, runner
 from tests.integration.nodes import ROOT, clone_sandbox_inventory
 
 IT_NAME = "mpictl-it"
@@ -48,7 +48,7 @@ def it_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     state = tmp_path_factory.mktemp("mpictl-state")
     old = {k: os.environ.get(k) for k in ("MPICTL_STATE_DIR", "MPICTL_CACHE_DIR")}
     os.environ["MPICTL_STATE_DIR"] = str(state)
-    os.environ["MPICTL_CACHE_DIR"] = old["MPICTL_CACHE_DIR"] or str(ROOT / ".mpictl" / "cache")
+    os.environ["MPICTL_CACHE_DIR"] = old["MPICTL_CACHE_DIR"] or str(paths.cache_dir())
     yield state
     for key, value in old.items():
         if value is None:
