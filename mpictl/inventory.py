@@ -8,6 +8,10 @@ through ``InventoryManager``; nothing here parses inventory files by hand. The c
 - ``mpi_slots`` (ranks per node) defaults to the node's GPU count when it has GPUs, else its vCPU
   count, both from Ansible's fact cache of the last provision;
 - ``mpi_address`` is the name other nodes reach a node by (default: its inventory name).
+
+Names end up in hostfiles, known_hosts and ssh command lines, so every node's inventory name,
+``ansible_host`` and address is checked while loading, by the rules of :mod:`mpictl.hostnames`
+(``_`` is fine in a name and in ``ansible_host``, not in the address other nodes resolve).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from mpictl import paths
 from mpictl.errors import InventoryError
+from mpictl.hostnames import NOT_A_HOST, NOT_AN_ADDRESS, host_problem
 
 NODES_GROUP = "mpi_nodes"
 HEAD_GROUP = "mpi_head"
@@ -80,6 +85,26 @@ class Cluster:
     @property
     def total_slots(self) -> int:
         return sum(slots for _, slots in self.require_slots())
+
+
+def _check_names(
+    path: Path, name: str, hostvars: Mapping[str, Any], address: str, ssh: str
+) -> None:
+    """The node's inventory name, address and ``ansible_host`` are hosts, or an InventoryError
+    naming the host and the bad value: they go into hostfiles and ssh command lines."""
+    where = f"{path}: host {name!r}"
+    if host_problem(name, underscore=True):
+        raise InventoryError(f"{where}: {NOT_A_HOST}")
+    if "ansible_host" in hostvars and host_problem(ssh, underscore=True):
+        raise InventoryError(f"{where}: ansible_host {str(ssh)!r}: {NOT_A_HOST}")
+    if not hostvars.get("mpi_address"):
+        if host_problem(address):
+            raise InventoryError(
+                f"{where}: the name is its default mpi_address, which other nodes resolve, and "
+                "'_' is not valid in a DNS name: set mpi_address (a DNS name or an IP address)"
+            )
+    elif host_problem(address):
+        raise InventoryError(f"{where}: mpi_address {str(address)!r}: {NOT_AN_ADDRESS}")
 
 
 def parse_slots(host: str, value: Any) -> int:
@@ -323,6 +348,8 @@ def load_inventory(source: Path | str | None = None, facts_dir: Path | None = No
         facts = cached.get(name)
         merged = {**facts, **hostvars}
         address = str(_template(loader, merged, hostvars.get("mpi_address") or name))
+        ssh_host = str(_template(loader, merged, hostvars.get("ansible_host", name)))
+        _check_names(path, name, hostvars, address, ssh_host)
         for label in {name.lower(), address.lower()}:
             if label in seen and seen[label] != name:
                 raise InventoryError(
@@ -344,7 +371,7 @@ def load_inventory(source: Path | str | None = None, facts_dir: Path | None = No
                 slots_source=source_of_slots,
                 gpus=_positive_int(facts.get("mpi_gpu_count")) or 0 if facts else None,
                 vcpus=_positive_int(facts.get("ansible_processor_vcpus")),
-                ssh_host=str(_template(loader, merged, hostvars.get("ansible_host", name))),
+                ssh_host=ssh_host,
                 ssh_port=int(port) if str(port).isdigit() else 22,
                 ssh_user=_template(loader, merged, hostvars.get("ansible_user")),
                 ssh_key=str(_template(loader, merged, key)) if key else None,

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from mpictl.errors import InventoryError
+from mpictl.hostnames import host_problem
 from mpictl.inventory import load_inventory, parse_slots, resolve_slots
 
 
@@ -131,3 +132,90 @@ def test_unparsable_inventory(tmp_path: Path) -> None:
     inv = _write(tmp_path, "broken.yml", "mpi_nodes: [unclosed\n")
     with pytest.raises(InventoryError, match=r"broken.yml: cannot parse inventory"):
         load_inventory(inv)
+
+
+# --------------------------------------------------------------------------- names and addresses
+# They end up in hostfiles, known_hosts and ssh command lines: refused while loading.
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        ('"a;touch /tmp/x":', "host 'a;touch /tmp/x': not a valid host name, IPv4 or IPv6 address"),
+        ('"a b":', "host 'a b': not a valid host name"),
+        ('"-oProxyCommand=x":', "host '-oProxyCommand=x': not a valid host name"),
+        ('"10.0.0.256":', "host '10.0.0.256': not a valid host name"),
+        (f'"{"a" * 64}":', "not a valid host name"),
+        ('a: {mpi_address: "x y"}', "host 'a': mpi_address 'x y': not a valid DNS name"),
+        ('a: {mpi_address: "n$(id)"}', "host 'a': mpi_address 'n$(id)': not a valid DNS name"),
+        ('a: {mpi_address: "fe80::1%eth0"}', "mpi_address 'fe80::1%eth0'"),
+        ('a: {mpi_address: "my_node"}', "host 'a': mpi_address 'my_node': not a valid DNS"),
+        ('a: {ansible_host: "h;reboot"}', "host 'a': ansible_host 'h;reboot': not a valid host"),
+        ('a: {ansible_host: "h\\nx"}', "host 'a': ansible_host 'h\\nx'"),
+        ("gpu_01:", "host 'gpu_01': the name is its default mpi_address"),
+    ],
+)
+def test_bad_names_and_addresses_name_host_and_value(
+    tmp_path: Path, hosts: str, message: str
+) -> None:
+    inv = _write(tmp_path, "inv.yml", f"mpi_nodes:\n  hosts:\n    {hosts}\n")
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(inv)
+    assert str(caught.value).startswith(f"{inv}: host ")
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_good_names_and_addresses(tmp_path: Path) -> None:
+    inv = _write(
+        tmp_path,
+        "inv.yml",
+        "mpi_nodes:\n  hosts:\n"
+        "    gpu-01.example.com: {ansible_host: 192.0.2.1}\n"
+        "    gpu_02: {mpi_address: 10.0.0.2, ansible_host: my_ssh_alias}\n"
+        "    '2001:db8::3': {}\n"
+        "    n4: {mpi_address: '2001:db8::4', ansible_host: '::1'}\n"
+        "    N5: {mpi_address: node-5.cluster}\n"
+        "  vars: {mpi_slots: 1}\n",
+    )
+    cluster = load_inventory(inv)
+    assert [n.address for n in cluster.nodes] == [
+        "gpu-01.example.com",
+        "10.0.0.2",
+        "2001:db8::3",
+        "2001:db8::4",
+        "node-5.cluster",
+    ]
+    assert cluster.node("gpu_02").ssh_host == "my_ssh_alias"
+
+
+@pytest.mark.parametrize(
+    ("value", "underscore", "ok"),
+    [
+        ("node1", False, True),
+        ("a.b-c.d", False, True),
+        ("x" * 63, False, True),
+        (".".join(["x" * 63] * 4)[:253], False, True),
+        ("x" * 64, False, False),
+        (".".join(["x" * 63] * 4), False, False),  # 255 characters
+        ("a..b", False, False),
+        ("a.", False, False),
+        ("-a", False, False),
+        ("a-", False, False),
+        ("a_b", False, False),
+        ("a_b", True, True),
+        ("_a", True, True),
+        ("1.2.3.4", False, True),
+        ("1.2.3", False, False),
+        ("::1", False, True),
+        ("[::1]", False, False),
+        ("fe80::1%eth0", True, False),
+        ("a:b", True, False),
+        ("ä", True, False),
+        ("", True, False),
+        (None, True, False),
+        (7, True, False),
+    ],
+)
+def test_host_problem(value: object, underscore: bool, ok: bool) -> None:
+    assert (host_problem(value, underscore=underscore) is None) is ok
