@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mpictl import paths
@@ -60,3 +62,22 @@ def ssh_mpi(node: Node, command: str, timeout: int = 300) -> subprocess.Complete
 
 def load(inventory: Path) -> Cluster:
     return load_inventory(inventory)
+
+
+def run_cli(
+    *args: str,
+    mpictl: Sequence[str] = (sys.executable, "-m", "mpictl"),
+    env: Mapping[str, str] | None = None,
+    cwd: Path = ROOT,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess[str]:
+    """``mpictl ARGS`` as a user types it (``mpictl``: how to start it), output captured."""
+    return subprocess.run(
+        [*mpictl, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        stdin=subprocess.DEVNULL,
+    )

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from bench.wheel_install import build_wheel, clean_env, install
+from tests.integration.nodes import run_cli
 
 NAME = "mpictl-it-wheel"
 SUBNET = "10.89.48.0/24"
@@ -39,15 +40,8 @@ class Installed:
         self.work = base / "work"
 
     def mpictl(self, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.venv / "bin" / "mpictl"), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.work,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-        )
+        mpictl = [str(self.venv / "bin" / "mpictl")]
+        return run_cli(*args, mpictl=mpictl, env=self.env, cwd=self.work, timeout=timeout)
 
     def ok(self, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
         proc = self.mpictl(*args, timeout=timeout)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from mpictl.inventory import Cluster, load_inventory
-from tests.integration.nodes import ROOT, clone_sandbox_inventory, ssh
+from tests.integration.nodes import clone_sandbox_inventory, run_cli, ssh
 
 SITE_NAME = "mpictl-it-site"
 SITE_SUBNET = "10.89.47.0/24"
@@ -37,15 +36,7 @@ class Site:
         self.env = env
 
     def mpictl(self, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "mpictl", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=ROOT,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-        )
+        return run_cli(*args, env=self.env, timeout=timeout)
 
     def ok(self, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
         proc = self.mpictl(*args, timeout=timeout)
