@@ -53,20 +53,31 @@ def version() -> None:
 def provision(
     inventory: InventoryOpt = None,
     limit: Annotated[str | None, typer.Option("--limit", "-l", help="Hosts or groups.")] = None,
-    tags: Annotated[str | None, typer.Option(help="Only tasks with these tags.")] = None,
-    skip_tags: Annotated[str | None, typer.Option(help="Skip these tags.")] = None,
+    tags: Annotated[
+        str | None, typer.Option(help="Only these components, e.g. openmpi,mpi4py (--list-tags).")
+    ] = None,
+    skip_tags: Annotated[str | None, typer.Option(help="Skip these components.")] = None,
+    list_tags: Annotated[
+        bool, typer.Option("--list-tags", help="Print the playbook's tags and exit.")
+    ] = False,
     extra_vars: Annotated[
         list[str] | None,
         typer.Option("--extra-vars", "-e", help="Extra variable key=value (repeatable)."),
     ] = None,
     check: Annotated[bool, typer.Option("--check", help="Dry run, change nothing.")] = False,
-    playbook: Annotated[str, typer.Option(help="Playbook under playbooks/.")] = "site.yml",
+    playbook: Annotated[
+        str, typer.Option(help="One of mpictl's playbooks (a file name in playbooks/).")
+    ] = "site.yml",
 ) -> None:
     """Provision the cluster: run playbooks/site.yml through ansible-runner."""
     from mpictl import ui
-    from mpictl.provision import parse_extravars
+    from mpictl.provision import parse_extravars, play_tags, resolve_playbook
     from mpictl.provision import provision as run_provision
 
+    if list_tags:
+        for tag, plays in play_tags(resolve_playbook(playbook)).items():
+            typer.echo(f"{tag:<12} {'; '.join(plays)}")
+        return
     _, result = run_provision(
         _inventory(inventory),
         playbook=playbook,

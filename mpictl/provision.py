@@ -1,14 +1,25 @@
-"""``mpictl provision``: validate the inventory, then run ``playbooks/site.yml``."""
+"""``mpictl provision``: validate the input, then run ``playbooks/site.yml`` (or one of
+mpictl's other playbooks).
+
+Input is refused before anything runs: a playbook that is not a file of ``playbooks/``, a tag
+that no play of the chosen playbook carries, a bad ``-e`` value, an inventory that breaks the
+contract. The valid tags are read from the playbook files themselves (the ``tags`` of each play,
+following ``import_playbook``), so the plays are their one source.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from mpictl import lock, paths, runner
-from mpictl.errors import UsageError
+from mpictl.errors import MpictlError, UsageError
 from mpictl.inventory import Cluster, load_inventory
+
+# The tag of the validation and preflight plays: Ansible runs them whatever --tags selects.
+ALWAYS = "always"
+IMPORT_KEYS = ("ansible.builtin.import_playbook", "import_playbook")
 
 
 def parse_extravars(pairs: list[str]) -> dict[str, Any]:
@@ -56,11 +67,17 @@ def provision(
     check: bool = False,
     on_event: runner.EventHandler | None = None,
 ) -> tuple[Cluster, runner.RunResult]:
-    """Check the inventory contract (nothing touched on bad input), lock, run the playbook."""
+    """Check the playbook, the tags and the inventory contract (nothing touched on bad input),
+    lock, run the playbook."""
+    path = resolve_playbook(playbook)
+    if tags is not None or skip_tags is not None:
+        valid = list(play_tags(path))
+        tags = check_tags("--tags", tags, valid)
+        skip_tags = check_tags("--skip-tags", skip_tags, valid)
     cluster = load_inventory(inventory)
     with lock.hold(inventory):
         result = runner.run_playbook(
-            paths.playbook(playbook),
+            path,
             inventory,
             limit=limit,
             tags=tags,
@@ -70,6 +87,74 @@ def provision(
             on_event=on_event,
         )
     return cluster, result
+
+
+def playbook_names() -> list[str]:
+    """The playbooks ``--playbook`` accepts: the names of the files in ``playbooks/``."""
+    return sorted(p.name for p in paths.playbooks_dir().glob("*.yml") if p.is_file())
+
+
+def resolve_playbook(name: str) -> Path:
+    """``name`` as one of mpictl's playbooks; anything else (a path, a missing file) is refused."""
+    names = playbook_names()
+    if name not in names:
+        raise UsageError(f"unknown playbook '{name}' (valid: {', '.join(names)})")
+    return paths.playbook(name)
+
+
+def play_tags(playbook: Path) -> dict[str, list[str]]:
+    """Tag -> names of the plays that carry it, in the order the plays run; ``always`` (the
+    validation and preflight plays, which run with any tag) is left out."""
+    out: dict[str, list[str]] = {}
+    for name, tags in iter_plays(playbook):
+        for tag in tags:
+            if tag != ALWAYS and name not in out.setdefault(tag, []):
+                out[tag].append(name)
+    return out
+
+
+def iter_plays(playbook: Path, inherited: tuple[str, ...] = ()) -> Iterator[tuple[str, list[str]]]:
+    """(name, tags) of every play of ``playbook``, ``import_playbook`` followed; the tags of an
+    import apply to the plays it imports, as in Ansible."""
+    for entry in _load_plays(playbook):
+        tags = [*inherited, *_tag_list(entry.get("tags"))]
+        target = next((entry[k] for k in IMPORT_KEYS if k in entry), None)
+        if target is None:
+            yield str(entry.get("name", "")), tags
+        else:
+            yield from iter_plays(playbook.parent / str(target), tuple(tags))
+
+
+def check_tags(option: str, value: str | None, valid: Collection[str]) -> str | None:
+    """``value`` (``a,b``) split at commas, each tag one of ``valid``; the tags joined again for
+    ansible-playbook, or None when the option was not given."""
+    if value is None:
+        return None
+    tags = [t.strip() for t in value.split(",") if t.strip()]
+    choices = ", ".join(sorted(valid)) or "none"
+    if not tags:
+        raise UsageError(f"{option} needs a tag (valid: {choices})")
+    for tag in tags:
+        if tag not in valid:
+            raise UsageError(f"unknown tag '{tag}' in {option} (valid: {choices})")
+    return ",".join(dict.fromkeys(tags))
+
+
+def _load_plays(playbook: Path) -> list[dict[str, Any]]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(playbook.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        first = (getattr(exc, "strerror", None) or str(exc)).splitlines()[0]
+        raise MpictlError(f"cannot read the plays of {playbook}: {first}") from None
+    return [e for e in data or [] if isinstance(e, dict)]
+
+
+def _tag_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    return [str(t) for t in value or []]
 
 
 def _vars_file(path: Path) -> dict[str, Any]:

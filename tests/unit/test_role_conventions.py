@@ -284,3 +284,60 @@ def test_no_role_redefines_a_shared_value(role: Path) -> None:
         assert not copies, (
             f"{path.relative_to(ROOT)} defines {copies}: they belong to roles/cluster_defaults"
         )
+
+
+# --- tags: every component play carries its own tag (kubespray style) -----------------------------
+
+PLAYBOOKS = ROOT / "playbooks"
+# The plays that run whatever --tags selects: the validation and the preflight (checks first).
+ALWAYS_PLAYBOOKS = ("validate.yml", "preflight.yml")
+COMPONENT_PLAYBOOKS = sorted(
+    p for p in PLAYBOOKS.glob("*.yml") if p.name not in (*ALWAYS_PLAYBOOKS, "site.yml")
+)
+IMPORT_KEYS = ("ansible.builtin.import_playbook", "import_playbook")
+
+
+def own_plays(playbook: Path) -> list[dict[str, Any]]:
+    """The plays written in ``playbook`` itself (its imports left out)."""
+    entries = load_yaml(playbook) or []
+    return [e for e in entries if not any(k in e for k in IMPORT_KEYS)]
+
+
+@pytest.mark.parametrize("playbook", COMPONENT_PLAYBOOKS, ids=lambda p: p.name)
+def test_every_component_play_carries_exactly_its_tag(playbook: Path) -> None:
+    """playbooks/openmpi.yml's play: ``tags: [openmpi]``, so site.yml --tags openmpi and the
+    component playbook alone both honour it."""
+    plays = own_plays(playbook)
+    assert plays, f"{playbook.name}: no play of its own"
+    for play in plays:
+        assert play.get("tags") == [playbook.stem], (
+            f"{playbook.name}: play {play.get('name')!r} has tags {play.get('tags')!r},"
+            f" want [{playbook.stem}]"
+        )
+
+
+@pytest.mark.parametrize("name", ALWAYS_PLAYBOOKS)
+def test_validation_and_preflight_plays_are_always(name: str) -> None:
+    for play in own_plays(PLAYBOOKS / name):
+        assert play.get("tags") == ["always"], f"{name}: play {play.get('name')!r} not [always]"
+
+
+def test_site_yml_imports_every_component_tag_and_no_import_adds_tags() -> None:
+    from mpictl.provision import play_tags
+
+    assert sorted(play_tags(PLAYBOOKS / "site.yml")) == sorted(p.stem for p in COMPONENT_PLAYBOOKS)
+    assert own_plays(PLAYBOOKS / "site.yml") == [], "site.yml only imports"
+    for entry in load_yaml(PLAYBOOKS / "site.yml"):
+        assert "tags" not in entry, "site.yml: the tags live on the plays, not on the imports"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=role_ids(ROLES))
+def test_role_tasks_carry_no_tags(role: Path) -> None:
+    """The plays are the one source of tags (mpictl provision --tags checks against them)."""
+    for path in task_files(role):
+        for task in iter_tasks(load_yaml(path)):
+            args = task.get(module_of(task) or "")
+            apply = args.get("apply", {}) if isinstance(args, dict) else {}
+            assert "tags" not in task and "tags" not in apply, (
+                f"{path.relative_to(ROOT)}: task {task.get('name')!r} has tags"
+            )
