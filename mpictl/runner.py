@@ -109,11 +109,16 @@ def iter_task_results(events: Sequence[Mapping[str, Any]]) -> list[TaskResult]:
 MESSAGE_EVENTS = ("error", "verbose")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 ERROR_LINE = re.compile(r"^(?:\[ERROR\]:|ERROR!)\s*(.+)$")
+# Where the error is: "Origin: FILE:LINE:COL" (>= 2.19) or "The error appears to be in 'FILE':
+# line L, column C" (older), a few lines below the error line.
+ORIGIN = re.compile(
+    r"^Origin:\s*(\S+)|^The error appears to be in '([^']+)': line (\d+), column (\d+)"
+)
 
 
 def first_error(events: Sequence[Mapping[str, Any]]) -> str | None:
     """The first error line Ansible printed outside a task (ansible-core >= 2.19 ``[ERROR]: ...``,
-    older ``ERROR! ...``), with the ``Origin:`` (file:line:column) that follows it; None if the
+    older ``ERROR! ...``) and where it is (``file:line:column``) when Ansible says; None if the
     run has none. Failed tasks have their own events (``runner_on_failed``) and are not read."""
     lines = [
         ANSI.sub("", line).strip()
@@ -125,9 +130,18 @@ def first_error(events: Sequence[Mapping[str, Any]]) -> str | None:
         match = ERROR_LINE.match(line)
         if match is None:
             continue
-        origin = next((n for n in lines[index + 1 : index + 2] if n.startswith("Origin:")), "")
-        where = f" ({origin.removeprefix('Origin:').strip()})" if origin else ""
-        return match.group(1).strip() + where
+        origin = _origin(lines[index + 1 : index + 4])
+        return match.group(1).strip() + (f" ({origin})" if origin else "")
+    return None
+
+
+def _origin(lines: Sequence[str]) -> str | None:
+    for line in lines:
+        match = ORIGIN.match(line)
+        if match and match.group(1):
+            return match.group(1)
+        if match:
+            return ":".join(match.group(2, 3, 4))
     return None
 
 

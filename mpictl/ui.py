@@ -104,14 +104,23 @@ def recap_table(result: RunResult) -> Table:
 
 
 def failure_summary(result: RunResult) -> str:
-    """One line: which hosts failed, and the first failed task's own message."""
-    hosts = ", ".join(result.failed_hosts) or "see the artifacts"
-    line = f"provision failed (rc={result.rc}) on: {hosts}"
+    """One line: which hosts failed, and the first failed task's own message; when Ansible
+    stopped outside any task (a playbook that does not parse, a missing role, an undefined
+    variable in a play), Ansible's own error and the run's artifacts instead."""
+    hosts = ", ".join(result.failed_hosts)
+    line = f"provision failed (rc={result.rc}) on: {hosts or 'see the artifacts'}"
     for task in result.task_results():
         if task.status in ("failed", "unreachable") and not task.ignore_errors:
             message = _result_message(dict(task.result)).replace("\n", " ")
             return f"{line}: {task.host}: {task.task}: {message}"[:500]
-    return line
+    error = result.ansible_error
+    if error is None:
+        return line
+    where = f" on: {hosts}" if hosts else ""
+    return (
+        f"provision failed (rc={result.rc}){where}: {error[:300]} "
+        f"(artifacts: {result.private_data_dir})"
+    )
 
 
 def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], **kwargs: Any) -> Table:
@@ -185,3 +194,8 @@ def bench_table(report: BenchReport) -> Table:
     for row in table_rows(report):
         table.add_row(*row)
     return table
+
+
+def host_check_table(rows: Sequence[Sequence[str]]) -> Table:
+    """The hosts `mpictl init` checked (rows from ``hostcheck.table_rows``)."""
+    return _table(("host", "reachable", "sudo", "OS", "Python", "CPUs", "GPUs", "note"), rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,71 @@ def test_bad_inline_extra_vars(tmp_path: Path, value: str, isolated_state: Path)
     proc = run_cli("provision", "-i", str(inv), "-e", value)
     assert_one_line_error(proc, "-e")
     assert not (isolated_state / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--tags", "nosuch"], "unknown tag 'nosuch' in --tags"),
+        (["--skip-tags", "openmpi,nosuch"], "unknown tag 'nosuch' in --skip-tags"),
+        (["--tags", "openmpi", "--playbook", "nccl.yml"], "unknown tag 'openmpi' in --tags"),
+    ],
+)
+def test_unknown_tags_are_refused_naming_the_valid_ones(
+    data: Path, args: list[str], fragment: str, isolated_state: Path
+) -> None:
+    proc = run_cli("provision", "-i", str(data / "cluster.ini"), *args)
+    assert_one_line_error(proc, fragment, "(valid: ")
+    if "--playbook" not in args:
+        assert "environment, horovod, hostfile, jobs, mpi4py, nccl, openmpi, ssh)" in proc.stderr
+    assert not (isolated_state / "runs").exists()
+
+
+@pytest.mark.parametrize("name", ["nope.yml", "../../etc/passwd"])
+def test_a_playbook_that_is_not_mpictls_is_refused(
+    data: Path, name: str, isolated_state: Path
+) -> None:
+    proc = run_cli("provision", "-i", str(data / "cluster.ini"), "--playbook", name)
+    assert_one_line_error(proc, f"unknown playbook '{name}'", "site.yml")
+    assert not (isolated_state / "runs").exists()
+
+
+def test_list_tags_prints_the_components_and_runs_nothing(isolated_state: Path) -> None:
+    proc = run_cli("provision", "--list-tags")
+    assert proc.returncode == 0, proc.stderr
+    tags = [line.split()[0] for line in proc.stdout.splitlines()]
+    assert tags == [
+        "ssh",
+        "environment",
+        "hostfile",
+        "openmpi",
+        "mpi4py",
+        "nccl",
+        "horovod",
+        "jobs",
+    ]
+    assert not isolated_state.exists()
+
+
+def test_ansibles_own_error_is_the_failure_line(tmp_path: Path, isolated_state: Path) -> None:
+    """A playbook Ansible refuses (here: mpictl's content under MPICTL_ROOT with a site.yml that
+    does not parse) ends with Ansible's first error line and the artifacts, exit 1."""
+    root = tmp_path / "root"
+    (root / "playbooks").mkdir(parents=True)
+    (root / "ansible.cfg").write_text("[defaults]\n")
+    (root / "playbooks" / "site.yml").write_text("- name: Broken\n  hosts: localhost\n  tasks: [\n")
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[mpi_nodes]\nlocalhost ansible_connection=local mpi_slots=1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mpictl", "provision", "-i", str(inv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MPICTL_ROOT": str(root)},
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("mpictl: error: provision failed (rc=")
+    assert "YAML parsing failed" in lines[0] and f"{root}/playbooks/site.yml:" in lines[0]
+    assert f"(artifacts: {isolated_state}/runs/" in lines[0]
