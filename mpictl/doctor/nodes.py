@@ -1,5 +1,6 @@
 """Checks of each node's own stack from its probe: SSH from the head, the non-interactive
-environment, the cluster venv, identical versions and build fingerprints, the job tools."""
+environment and the login shells' one, the cluster venv, identical versions and build
+fingerprints, the job tools."""
 
 from __future__ import annotations
 
@@ -88,10 +89,63 @@ def ssh_checks(
     return checks, data
 
 
+def _login_problems(shell: str, seen: Any, d: Mapping[str, Any], venv_bin: str) -> list[str]:
+    """What ``<shell> -l`` lacks: the rules of the non-interactive check, the cluster venv's bin,
+    and the same mpirun as a non-interactive session finds."""
+    if not isinstance(seen, Mapping):
+        return [f"{shell} -l: no answer"]
+    if seen.get("error"):
+        return [f"{shell} -l: {seen['error']}"]
+    path = str(seen.get("path") or "").split(":")
+    libs = str(seen.get("ld_library_path") or "").split(":")
+    problems = []
+    if not seen.get("mpirun"):
+        problems.append(f"{shell} -l: mpirun not in PATH")
+    elif d.get("mpirun") and seen["mpirun"] != d["mpirun"]:
+        problems.append(
+            f"{shell} -l: mpirun is {seen['mpirun']}, non-interactive SSH has {d['mpirun']}"
+        )
+    prefix = d.get("openmpi_prefix")
+    if prefix and f"{prefix}/bin" not in path:
+        problems.append(f"{shell} -l: PATH lacks {prefix}/bin")
+    if prefix and f"{prefix}/lib" not in libs:
+        problems.append(f"{shell} -l: LD_LIBRARY_PATH lacks {prefix}/lib")
+    if venv_bin not in path:
+        problems.append(f"{shell} -l: PATH lacks {venv_bin}")
+    return problems
+
+
+def login_checks(
+    data: Mapping[str, Mapping[str, Any]], settings: ClusterSettings, provision: str
+) -> list[Check]:
+    """PATH / LD_LIBRARY_PATH of login shells (``bash -l``, ``sh -l``; what ``su -``, ``sudo -i``
+    and an interactive login see): Debian's /etc/profile resets PATH, /etc/profile.d/mpictl.sh
+    puts the cluster's directories back. A probe without ``login`` (an older one) is not checked."""
+    checks: list[Check] = []
+    fix = f"{provision} (mpi_environment writes /etc/profile.d/mpictl.sh)"
+    venv_bin = settings.venv_python.rsplit("/", 1)[0]
+    for name, d in data.items():
+        login = d.get("login")
+        if not isinstance(login, Mapping) or not login:
+            continue
+        problems = [
+            p for shell in sorted(login) for p in _login_problems(shell, login[shell], d, venv_bin)
+        ]
+        shells = " and ".join(f"{shell} -l" for shell in sorted(login))
+        first = login[sorted(login)[0]]
+        detail = "; ".join(problems) or (
+            f"{shells}: mpirun {first.get('mpirun')}, PATH={first.get('path')} "
+            f"LD_LIBRARY_PATH={first.get('ld_library_path') or ''}"
+        )
+        checks.append(Check("login shell env", name, not problems, detail, fix if problems else ""))
+    return checks
+
+
 def env_checks(
     data: Mapping[str, Mapping[str, Any]], settings: ClusterSettings, provision: str
 ) -> list[Check]:
-    """PATH / LD_LIBRARY_PATH of a non-interactive session, and the cluster venv."""
+    """PATH / LD_LIBRARY_PATH of a non-interactive session, then of login shells, and the cluster
+    venv."""
     checks: list[Check] = []
     env_fix = f"{provision} (mpi_environment writes PATH/LD_LIBRARY_PATH to /etc/environment)"
     for name, d in data.items():
@@ -112,6 +166,7 @@ def env_checks(
         checks.append(
             Check("non-interactive env", name, not problems, detail, env_fix if problems else "")
         )
+    checks += login_checks(data, settings, provision)
     # the cluster venv (mpi4py, Horovod, the smoke/bench programs run with it)
     for name, d in data.items():
         if not d.get("venv"):

@@ -4,10 +4,12 @@ Runs on every node with its system python3, as the MPI user, over the same kind 
 non-interactive SSH session that mpirun uses: ``python3 - SPEC_JSON``. SPEC is
 ``{"targets": {name: address}, "hostfile": path, "venv_python": path, "venv_program": source,
 "tools": [paths]}``. Reports PATH and LD_LIBRARY_PATH of this session, where mpirun and prted
-are, the versions of OpenMPI, NCCL and (through ``venv_program``, run with ``venv_python``) the
-venv's packages, the build-fingerprint markers under /opt and beside the libnccl the linker
-finds, cores, GPUs, IPv4 addresses and the default route's interface, TCP reachability of every
-target's SSH port, the hostfile's text and which tools exist. Standard library only.
+are, PATH, LD_LIBRARY_PATH and mpirun of the login shells ``bash -lc`` and ``sh -lc`` started
+from it (``login``: what ``su -``, ``sudo -i`` and an interactive login see), the versions of
+OpenMPI, NCCL and (through ``venv_program``, run with ``venv_python``) the venv's packages, the
+build-fingerprint markers under /opt and beside the libnccl the linker finds, cores, GPUs, IPv4
+addresses and the default route's interface, TCP reachability of every target's SSH port, the
+hostfile's text and which tools exist. Standard library only.
 """
 
 from __future__ import annotations
@@ -58,6 +60,34 @@ def openmpi(versions: dict[str, Any], out: dict[str, Any]) -> None:
             so.splitlines()[0] if rc == 0 and so else "error: " + (se or so)[-200:]
         )
         out["openmpi_prefix"] = os.path.dirname(os.path.dirname(os.path.realpath(mpirun)))
+
+
+LOGIN_MARK = "@mpictl-login@"  # what the login shell prints after its profile scripts ran
+LOGIN_REPORT = (
+    f'printf "%s\\n%s\\n%s\\n" {LOGIN_MARK} "$PATH" "${{LD_LIBRARY_PATH:-}}"; '
+    "command -v mpirun || true"
+)
+
+
+def login_shell(shell: str, timeout: float = 20) -> dict[str, Any]:
+    """PATH, LD_LIBRARY_PATH and mpirun of ``<shell> -lc`` (its /etc/profile, profile.d and
+    ~/.profile ran; what they print themselves comes before the mark and is ignored)."""
+    try:
+        p = subprocess.run(
+            [shell, "-lc", LOGIN_REPORT],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": f"{shell} -lc: {exc}"}
+    lines = p.stdout.splitlines()
+    if LOGIN_MARK not in lines:
+        why = (p.stderr or p.stdout).strip()[-200:]
+        return {"error": f"{shell} -lc exited {p.returncode}: {why}"}
+    rest = lines[len(lines) - lines[::-1].index(LOGIN_MARK) :] + ["", "", ""]
+    return {"path": rest[0], "ld_library_path": rest[1], "mpirun": rest[2] or None, "error": ""}
 
 
 def venv(spec: dict[str, Any], versions: dict[str, Any]) -> bool:
@@ -151,6 +181,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         "versions": versions,
     }
     openmpi(versions, out)
+    out["login"] = {shell: login_shell(shell) for shell in ("bash", "sh")}
     out["markers"] = markers()
     out["venv"] = venv(spec, versions)
     nccl(run(["/sbin/ldconfig", "-p"])[1], versions, out["markers"])

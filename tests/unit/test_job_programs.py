@@ -217,6 +217,9 @@ def test_doctor_probe_reads_the_paths_it_is_given(tmp_path: Path) -> None:
     assert out["reach"]["nowhere"]["tcp"] is False
     assert "cannot resolve" in out["reach"]["nowhere"]["error"]
     assert out["cores"] >= 1 and out["path"].startswith("/usr/sbin")
+    # the login shells started from this session: both asked, sh (dash on Debian) always answers
+    assert set(out["login"]) == {"bash", "sh"}
+    assert out["login"]["sh"]["error"] == "" and out["login"]["sh"]["path"]
     if shutil.which("ip"):
         assert any(addr.startswith("127.") for _, addr in out["ipv4"])
 
@@ -254,6 +257,42 @@ def test_doctor_probe_parsers() -> None:
     probe["nccl"](ldconfig, versions, {})
     # realpath of a path that does not exist here is itself: the name's version is read
     assert versions["nccl"] == "2"
+
+
+def test_doctor_probe_reads_a_login_shell_after_what_its_profile_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    login_shell = load_script("doctor_probe.py")["login_shell"]
+    bindir = fake_bin(tmp_path, "mpirun", "true\n")
+    # A login shell whose profile greets (stdout) and sets the environment, then runs the command.
+    fake_bin(
+        tmp_path,
+        "greetsh",
+        '[ "$1" = -lc ] || exit 9\necho "Welcome to node2"\necho "@mpictl"\n'
+        f"PATH={bindir}:/usr/bin:/bin LD_LIBRARY_PATH=/opt/x/lib; export PATH LD_LIBRARY_PATH\n"
+        'exec sh -c "$2"\n',
+    )
+    fake_bin(tmp_path, "baresh", 'PATH=/usr/bin:/bin; unset LD_LIBRARY_PATH; exec sh -c "$2"\n')
+    fake_bin(tmp_path, "failsh", "echo 'profile: syntax error' >&2; exit 3\n")
+    fake_bin(tmp_path, "hangsh", "exec sleep 30\n")
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    assert login_shell("greetsh") == {
+        "path": f"{bindir}:/usr/bin:/bin",
+        "ld_library_path": "/opt/x/lib",
+        "mpirun": f"{bindir}/mpirun",
+        "error": "",
+    }
+    assert login_shell("baresh") == {
+        "path": "/usr/bin:/bin",
+        "ld_library_path": "",
+        "mpirun": None,
+        "error": "",
+    }
+    assert login_shell("failsh") == {"error": "failsh -lc exited 3: profile: syntax error"}
+    start = time.monotonic()
+    assert "timed out" in login_shell("hangsh", timeout=1)["error"]
+    assert time.monotonic() - start < 10
+    assert "No such file" in login_shell("no-such-shell-xyz")["error"]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SCRIPTS.glob("*.sh")))

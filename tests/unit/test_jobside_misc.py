@@ -198,6 +198,21 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- doctor
 
 
+# A login shell's PATH: the contributed dirs (/etc/profile.d/mpictl.sh), then /etc/profile's own.
+LOGIN_PATH = "/opt/openmpi/5.0.7/bin:/opt/mpictl/venv/bin:/usr/local/bin:/usr/bin:/bin"
+
+
+def login(**over: object) -> dict:
+    """What the probe reports of one login shell (bash -lc / sh -lc)."""
+    return {
+        "path": LOGIN_PATH,
+        "ld_library_path": "/opt/openmpi/5.0.7/lib",
+        "mpirun": "/opt/openmpi/5.0.7/bin/mpirun",
+        "error": "",
+        **over,
+    }
+
+
 def probe(**over: object) -> dict:
     base = {
         "hostname": "n",
@@ -206,6 +221,7 @@ def probe(**over: object) -> dict:
         "mpirun": "/opt/openmpi/5.0.7/bin/mpirun",
         "prted": "/opt/openmpi/5.0.7/bin/prted",
         "openmpi_prefix": "/opt/openmpi/5.0.7",
+        "login": {"bash": login(), "sh": login()},
         "venv": True,
         "versions": {
             "openmpi": "mpirun (Open MPI) 5.0.7",
@@ -241,11 +257,61 @@ def test_doctor_all_good() -> None:
     assert {
         "ssh from head",
         "non-interactive env",
+        "login shell env",
         "openmpi version",
         "common network",
         "tcp reachability",
         "slots",
     } <= names
+
+
+def test_doctor_checks_the_login_shells_of_every_node() -> None:
+    report = doctor.evaluate(three(), outputs())
+    ok = [c for c in report.checks if c.check == "login shell env"]
+    assert [(c.node, c.ok) for c in ok] == [("node1", True), ("node2", True), ("node3", True)]
+    assert ok[0].detail.startswith("bash -l and sh -l: mpirun /opt/openmpi/5.0.7/bin/mpirun, ")
+
+
+def test_doctor_names_the_node_whose_login_shell_lacks_the_cluster_env() -> None:
+    reset = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # /etc/profile, no mpictl.sh
+    report = doctor.evaluate(
+        three(),
+        outputs(
+            node2=probe(login={"bash": login(path=reset, mpirun=None), "sh": login()}),
+            node3=probe(
+                login={
+                    "bash": login(mpirun="/usr/bin/mpirun", ld_library_path=""),
+                    "sh": login(error="sh -lc: timed out after 20 seconds"),
+                }
+            ),
+        ),
+    )
+    failed = {c.node: c for c in report.failed}
+    assert sorted(failed) == ["node2", "node3"]
+    assert all(c.check == "login shell env" for c in report.failed)
+    assert failed["node2"].detail == (
+        "bash -l: mpirun not in PATH; bash -l: PATH lacks /opt/openmpi/5.0.7/bin; "
+        "bash -l: PATH lacks /opt/mpictl/venv/bin"
+    )
+    assert failed["node3"].detail == (
+        "bash -l: mpirun is /usr/bin/mpirun, non-interactive SSH has "
+        "/opt/openmpi/5.0.7/bin/mpirun; bash -l: LD_LIBRARY_PATH lacks /opt/openmpi/5.0.7/lib; "
+        "sh -l: sh -lc: timed out after 20 seconds"
+    )
+    for check in failed.values():
+        assert check.fix.startswith("run `mpictl provision -i ")
+        assert check.fix.endswith("(mpi_environment writes /etc/profile.d/mpictl.sh)")
+
+
+def test_doctor_reads_older_probes_without_login_shells() -> None:
+    old = probe()
+    del old["login"]
+    report = doctor.evaluate(three(), outputs(node1=old, node2=probe(login={"bash": None})))
+    checks = {(c.check, c.node): c for c in report.checks if c.check == "login shell env"}
+    assert sorted(checks) == [("login shell env", "node2"), ("login shell env", "node3")]
+    assert not checks[("login shell env", "node2")].ok
+    assert checks[("login shell env", "node2")].detail == "bash -l: no answer"
+    assert report.failed == [checks[("login shell env", "node2")]]
 
 
 def test_doctor_checks_each_network_interface_override() -> None:
