@@ -15,7 +15,8 @@ from typing import Annotated
 
 import typer
 
-from mpictl import __version__, paths
+from mpictl import __version__, cli_jobs
+from mpictl.cli_options import InventoryOpt, JsonOpt, echo_stream, inventory_path
 from mpictl.errors import MpictlError, ProvisionError, UsageError
 
 app = typer.Typer(
@@ -30,20 +31,6 @@ sandbox_app = typer.Typer(
     help="The local sandbox cluster (podman containers).", no_args_is_help=True
 )
 app.add_typer(sandbox_app, name="sandbox")
-
-InventoryOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--inventory",
-        "-i",
-        help="Ansible inventory (file, directory or script). Default: the sandbox inventory.",
-        show_default=False,
-    ),
-]
-
-
-def _inventory(value: Path | None) -> Path:
-    return value if value is not None else paths.sandbox_inventory()
 
 
 @app.command()
@@ -82,7 +69,7 @@ def provision(
             typer.echo(f"{tag:<12} {'; '.join(plays)}")
         return
     _, result = run_provision(
-        _inventory(inventory),
+        inventory_path(inventory),
         playbook=playbook,
         limit=limit,
         tags=tags,
@@ -109,7 +96,7 @@ def hostfile(
     from mpictl.inventory import load_inventory
 
     check_format(fmt)
-    cluster = load_inventory(_inventory(inventory))
+    cluster = load_inventory(inventory_path(inventory))
     typer.echo(render(entries_for_cluster(cluster), fmt), nl=False)
 
 
@@ -202,7 +189,7 @@ def sandbox_up(
     """Start the sandbox nodes (builds the node image on first use)."""
     from mpictl import lock, sandbox
 
-    inv = _inventory(inventory)
+    inv = inventory_path(inventory)
     with lock.hold(inv, "sandbox"):
         _print_nodes(sandbox.up(inv, cuda=cuda))
 
@@ -212,7 +199,7 @@ def sandbox_down(inventory: InventoryOpt = None) -> None:
     """Remove the sandbox's containers and network (image and keys stay)."""
     from mpictl import lock, sandbox
 
-    inv = _inventory(inventory)
+    inv = inventory_path(inventory)
     with lock.hold(inv, "sandbox"):
         removed = sandbox.down(inv)
     typer.echo("removed: " + (", ".join(removed) if removed else "nothing"))
@@ -223,7 +210,7 @@ def sandbox_status(inventory: InventoryOpt = None) -> None:
     """List the sandbox nodes and their state."""
     from mpictl import sandbox
 
-    _print_nodes(sandbox.status(_inventory(inventory)))
+    _print_nodes(sandbox.status(inventory_path(inventory)))
 
 
 def _print_nodes(nodes: list) -> None:
@@ -233,121 +220,9 @@ def _print_nodes(nodes: list) -> None:
 
 
 # --------------------------------------------------------------------------- job side
-# Logic lives in mpictl.submit / jobs / smoke / doctor / bench; these functions only parse,
-# print and map results to exit codes.
-jobs_app = typer.Typer(help="Records of `mpictl run` jobs.", no_args_is_help=True)
-app.add_typer(jobs_app, name="jobs")
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-
-
-def _echo_stream(stream: str, line: str) -> None:
-    out = sys.stdout if stream == "stdout" else sys.stderr
-    out.write(line)
-    out.flush()
-
-
-@app.command(
-    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
-)
-def run(
-    command: Annotated[list[str], typer.Argument(help="The command every rank runs (after --).")],
-    inventory: InventoryOpt = None,
-    np: Annotated[
-        int | None, typer.Option("-np", "--np", "-n", help="Ranks (default: all slots).")
-    ] = None,
-    ppn: Annotated[int | None, typer.Option("--ppn", help="Ranks per node.")] = None,
-    hosts: Annotated[
-        str | None, typer.Option("--hosts", help="Only these hosts: a,b (inventory names).")
-    ] = None,
-    env: Annotated[
-        list[str] | None, typer.Option("-x", help="Export NAME or NAME=VALUE to every rank.")
-    ] = None,
-    mca: Annotated[list[str] | None, typer.Option("--mca", help="MCA parameter k=v.")] = None,
-    torch: Annotated[
-        bool, typer.Option("--torch", help="Set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...")
-    ] = False,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", help="End the job after S seconds.")
-    ] = None,
-    oversubscribe: Annotated[
-        bool, typer.Option("--oversubscribe", help="Allow more ranks than slots.")
-    ] = False,
-    master_port: Annotated[int, typer.Option(help="MASTER_PORT with --torch.")] = 29500,
-) -> None:
-    """Run CMD with mpirun on the head node as the MPI user (mpictl run -- CMD...)."""
-    from mpictl.inventory import load_inventory
-    from mpictl.planner import LaunchOptions, LaunchPlan
-    from mpictl.submit import submit
-
-    cluster = load_inventory(_inventory(inventory))
-    options = LaunchOptions(
-        command=command,
-        np=np,
-        ppn=ppn,
-        hosts=hosts.split(",") if hosts is not None else None,
-        env=env or [],
-        mca=mca or [],
-        torch=torch,
-        timeout=timeout,
-        oversubscribe=oversubscribe,
-        master_port=master_port,
-    )
-
-    def announce(plan: LaunchPlan, record: object) -> None:
-        print(f"mpictl: job {plan.job_id} on {cluster.head.name}: {plan.display}", file=sys.stderr)
-        if plan.network is None:
-            print(
-                "mpictl: note: no network shared by the job's nodes is known from the fact cache, "
-                "so mpirun picks interfaces itself (run `mpictl provision`, or set "
-                "mpi_network_interface per host)",
-                file=sys.stderr,
-            )
-
-    result, _ = submit(cluster, options, on_output=_echo_stream, on_plan=announce)
-    if result.exit_code != 0:
-        print(
-            f"mpictl: job {result.job_id} {result.status} (exit {result.exit_code}); "
-            f"output: mpictl jobs logs {result.job_id}",
-            file=sys.stderr,
-        )
-    raise typer.Exit(result.exit_code)
-
-
-@jobs_app.command("list")
-def jobs_list(as_json: JsonOpt = False) -> None:
-    """List recorded jobs, oldest first."""
-    import json
-
-    from mpictl import jobs, ui
-
-    records = jobs.list_jobs()
-    if as_json:
-        typer.echo(json.dumps([r.to_json() for r in records], indent=2))
-        return
-    ui.console.print(ui.jobs_table(records))
-
-
-@jobs_app.command("show")
-def jobs_show(
-    job_id: Annotated[str, typer.Argument(help="Job id (a unique prefix is enough).")],
-) -> None:
-    """Show one job's record (JSON)."""
-    import json
-
-    from mpictl import jobs
-
-    record = jobs.load(job_id)
-    typer.echo(json.dumps({**record.to_json(), "output": str(record.output_path)}, indent=2))
-
-
-@jobs_app.command("logs")
-def jobs_logs(
-    job_id: Annotated[str, typer.Argument(help="Job id (a unique prefix is enough).")],
-) -> None:
-    """Print one job's full output."""
-    from mpictl import jobs
-
-    typer.echo(jobs.output(job_id), nl=False)
+# Logic lives in mpictl.submit / jobops / smoke / doctor / bench; these functions only parse,
+# print and map results to exit codes. `run` and `jobs` are in cli_jobs.
+cli_jobs.register(app)
 
 
 @app.command()
@@ -368,7 +243,7 @@ def smoke(
 
     if suite not in smoke_mod.SUITES:
         raise UsageError(f"unknown suite '{suite}' (choose from {', '.join(smoke_mod.SUITES)})")
-    cluster = load_inventory(_inventory(inventory))
+    cluster = load_inventory(inventory_path(inventory))
 
     def announce(name: str, plan: object) -> None:
         print(f"mpictl: smoke {name}: {getattr(plan, 'display', '')}", file=sys.stderr)
@@ -377,7 +252,7 @@ def smoke(
         cluster,
         suite,
         timeout=timeout,
-        on_output=_echo_stream if verbose else None,
+        on_output=echo_stream if verbose else None,
         on_suite=None if as_json else announce,
     )
     if as_json:
@@ -413,7 +288,7 @@ def doctor(inventory: InventoryOpt = None, as_json: JsonOpt = False) -> None:
     from mpictl.errors import CheckFailed
     from mpictl.inventory import load_inventory
 
-    report = doctor_mod.run_doctor(load_inventory(_inventory(inventory)))
+    report = doctor_mod.run_doctor(load_inventory(inventory_path(inventory)))
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -442,7 +317,9 @@ def bench(
     from mpictl import ui
     from mpictl.inventory import load_inventory
 
-    report = bench_mod.run_bench(load_inventory(_inventory(inventory)), max_bytes=max_size, ppn=ppn)
+    report = bench_mod.run_bench(
+        load_inventory(inventory_path(inventory)), max_bytes=max_size, ppn=ppn
+    )
     if plot is not None:
         bench_mod.plot(report, plot)
     if as_json:

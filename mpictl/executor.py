@@ -54,7 +54,7 @@ class CleanupReport:
 class JobResult:
     job_id: str
     exit_code: int
-    status: str  # ok, failed, timeout, interrupted
+    status: str  # succeeded, failed, timeout, interrupted
     duration_s: float
     cleanup: CleanupReport | None = None
 
@@ -194,7 +194,7 @@ def execute(
         report = _cleanup_if_needed(head, plan, sink) if status or rc != 0 else None
         log.close()
         if not status:
-            exit_code, status = rc, "ok" if rc == 0 else "failed"
+            exit_code, status = rc, jobs.status_of(rc)
         jobs.finish(record, exit_code=exit_code, status=status)
     return JobResult(plan.job_id, exit_code, status, time.monotonic() - started, report)
 

@@ -28,6 +28,9 @@ from mpictl.errors import UsageError
 RECORD = "job.json"
 OUTPUT = "output.log"
 RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
 UNKNOWN = "unknown"
 
 
@@ -91,6 +94,16 @@ def controller_alive(controller: dict[str, Any]) -> bool | None:
     return _process_start(pid) is not None and _process_start(pid) == controller.get("pid_start")
 
 
+def status_of(exit_code: int) -> str:
+    """The status of a job that ended by itself with ``exit_code``."""
+    return SUCCEEDED if exit_code == 0 else FAILED
+
+
+def save(record: JobRecord) -> None:
+    """Write ``record`` (atomically: readers never see half a record)."""
+    _write(record)
+
+
 def _write(record: JobRecord) -> None:
     record.directory.mkdir(parents=True, exist_ok=True)
     tmp = record.directory / (RECORD + ".tmp")
@@ -136,8 +149,12 @@ def finish(record: JobRecord, *, exit_code: int, status: str) -> JobRecord:
 
 
 def resolved(record: JobRecord) -> JobRecord:
-    """``record`` with status ``unknown`` when it says running but its controller is gone."""
-    if record.status == RUNNING and controller_alive(record.controller) is False:
+    """``record`` with status ``unknown`` when it says running but the controller process that
+    supervised it is gone (a detached job is supervised on the head: ``jobs list`` asks it)."""
+    if record.status == "ok":  # the name of success in records of mpictl before 0.2
+        record.status = SUCCEEDED
+    detached = "detached" in record.extra
+    if record.status == RUNNING and not detached and controller_alive(record.controller) is False:
         record.status = UNKNOWN
     return record
 

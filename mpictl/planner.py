@@ -36,6 +36,7 @@ class LaunchOptions:
     timeout: float | None = None
     oversubscribe: bool = False
     master_port: int = DEFAULT_MASTER_PORT
+    wdir: str | None = None  # where every rank starts (the synced workdir's path on the nodes)
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,8 @@ def plan(
     else:
         argv += ["--hostfile", settings.hostfile]
     argv += ["-np", str(where.ranks), "--bind-to", "none", "--map-by", mapping]
+    if options.wdir:
+        argv += ["--wdir", options.wdir]
     argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
     argv += _mca_args(mca, network)
     argv += ["--tag-output"]

@@ -46,8 +46,8 @@ class HeadSSH:
             )
         return cls(node=cluster.head, user=settings.for_cluster(cluster).user, key=key)
 
-    def argv(self, command: str, *, tty: bool = False, connect_timeout: int = 10) -> list[str]:
-        """ssh argv that runs ``command`` (a remote shell command line) on the head.
+    def transport(self, *, tty: bool = False, connect_timeout: int = 10) -> list[str]:
+        """ssh and its options to reach the head (what ``rsync -e`` takes), without the host.
 
         Keepalives end the session when the head stops answering for 2 minutes (10 s x 12): a
         busy head (ranks polling every core) can stall its sshd for tens of seconds, and a
@@ -72,9 +72,19 @@ class HeadSSH:
             "-o",
             "LogLevel=INFO",
             *shlex.split(self.node.ssh_common_args),
+        ]
+
+    @property
+    def host(self) -> str:
+        return self.node.ssh_host or self.node.name
+
+    def argv(self, command: str, *, tty: bool = False, connect_timeout: int = 10) -> list[str]:
+        """ssh argv that runs ``command`` (a remote shell command line) on the head."""
+        return [
+            *self.transport(tty=tty, connect_timeout=connect_timeout),
             "-l",
             self.user,
-            self.node.ssh_host or self.node.name,
+            self.host,
             command,
         ]
 

@@ -1,18 +1,22 @@
 """One way in for every job: plan it, record it, execute it (``run``, ``smoke`` and ``bench``).
 
-A *launcher* turns options into a plan and executes a plan; :func:`submit` is the sequence
-around it (plan → job record → execute → finished record) that every caller shares. The mpirun
-launcher plans with :mod:`mpictl.planner` and executes with :mod:`mpictl.executor`. A second
-launcher (Slurm's sbatch/srun) implements :class:`Launcher` and registers in :data:`LAUNCHERS`;
-the planner and the callers stay as they are.
+A *launcher* turns options into a plan, executes a plan attached, or starts it detached;
+:func:`submit` and :func:`submit_detached` are the sequence around it (plan → the workdir on
+every node → job record → execute or start) that every caller shares. The mpirun launcher plans
+with :mod:`mpictl.planner`, executes with :mod:`mpictl.executor` and starts detached jobs with
+:mod:`mpictl.detached`. A second launcher (Slurm's sbatch/srun) implements :class:`Launcher` and
+registers in :data:`LAUNCHERS`; the planner and the callers stay as they are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
-from mpictl import jobs, network, planner, remote
+from mpictl import detached, jobops, jobs, network, planner, remote, transfer, workdir
 from mpictl import settings as cluster_settings
 from mpictl.errors import UsageError
 from mpictl.executor import JobResult, OutputHandler, execute
@@ -20,6 +24,7 @@ from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions, LaunchPlan
 
 PlanHandler = Callable[[LaunchPlan, jobs.JobRecord], None]
+SyncHandler = Callable[[transfer.SyncReport], None]
 
 
 class Launcher(Protocol):
@@ -29,8 +34,9 @@ class Launcher(Protocol):
         """Validate ``options`` (UsageError, nothing started) and plan the job."""
         ...
 
-    def prepare(self, cluster: Cluster) -> None:
-        """Check that a job can start at all (JobError naming the fix), before it is recorded."""
+    def prepare(self, cluster: Cluster) -> remote.HeadSSH:
+        """Check that a job can start at all (JobError naming the fix), before it is recorded;
+        how to reach the head."""
         ...
 
     def execute(
@@ -42,12 +48,16 @@ class Launcher(Protocol):
         on_output: OutputHandler | None,
         timeout: float | None,
     ) -> JobResult:
-        """Run the plan, stream its output into ``record`` and finish the record."""
+        """Run the plan attached, stream its output into ``record`` and finish the record."""
+        ...
+
+    def start(self, cluster: Cluster, plan: LaunchPlan, record: jobs.JobRecord) -> jobs.JobRecord:
+        """Start the plan detached; it runs on without this process."""
         ...
 
 
 class MpirunLauncher:
-    """mpirun on the head node as the MPI user, attached to this process."""
+    """mpirun on the head node as the MPI user."""
 
     name = "mpirun"
 
@@ -58,8 +68,9 @@ class MpirunLauncher:
         settings = cluster_settings.for_cluster(cluster)
         return planner.plan(cluster, options, job_id, network.derive_network(cluster), settings)
 
-    def prepare(self, cluster: Cluster) -> None:
+    def prepare(self, cluster: Cluster) -> remote.HeadSSH:
         self._head = self._head or remote.HeadSSH.for_cluster(cluster)  # the cluster key exists
+        return self._head
 
     def execute(
         self,
@@ -70,8 +81,11 @@ class MpirunLauncher:
         on_output: OutputHandler | None,
         timeout: float | None,
     ) -> JobResult:
-        head = self._head or remote.HeadSSH.for_cluster(cluster)
+        head = self.prepare(cluster)
         return execute(plan, record, head, on_output=on_output, timeout=timeout)
+
+    def start(self, cluster: Cluster, plan: LaunchPlan, record: jobs.JobRecord) -> jobs.JobRecord:
+        return detached.start(self.prepare(cluster), plan, record)
 
 
 LAUNCHERS: dict[str, Callable[..., Launcher]] = {"mpirun": MpirunLauncher}
@@ -83,6 +97,24 @@ def launcher(name: str, **kwargs: Any) -> Launcher:
     if factory is None:
         raise UsageError(f"unknown launcher '{name}' (choose from {', '.join(LAUNCHERS)})")
     return factory(**kwargs)
+
+
+@dataclass(frozen=True)
+class WorkdirRequest:
+    """``--workdir DIR [--exclude PATTERN]... [--max-workdir-size SIZE]``."""
+
+    directory: str
+    excludes: Sequence[str] = ()
+    max_bytes: int = workdir.DEFAULT_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a job needs around its launch options (all optional)."""
+
+    workdir: WorkdirRequest | None = None
+    output_dir: Path | None = None  # per-rank files on the controller, written when it ends
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def create_record(
@@ -105,26 +137,73 @@ def create_record(
     )
 
 
+def _prepare(
+    cluster: Cluster,
+    options: LaunchOptions,
+    via: Launcher,
+    request: JobRequest,
+    on_sync: SyncHandler | None,
+) -> tuple[LaunchPlan, jobs.JobRecord]:
+    """Plan (bad options: UsageError before anything), select and sync the workdir, record."""
+    job_id = jobs.new_id()
+    plan = via.plan(cluster, options, job_id)
+    selection = None
+    if request.workdir is not None:
+        req = request.workdir
+        selection = workdir.select(req.directory, req.excludes, req.max_bytes)
+    head = via.prepare(cluster)
+    extra = dict(request.extra)
+    if request.output_dir is not None:
+        extra["output_dir"] = str(request.output_dir.resolve())
+    if selection is not None:
+        report = transfer.sync(head, selection, [h for h, _ in plan.hosts])
+        if on_sync is not None:
+            on_sync(report)
+        extra["workdir"] = report.to_json()
+        plan = via.plan(cluster, dataclasses.replace(options, wdir=report.path), job_id)
+    return plan, create_record(cluster, plan, options.command, extra)
+
+
 def submit(
     cluster: Cluster,
     options: LaunchOptions,
     *,
     via: Launcher | None = None,
+    request: JobRequest | None = None,
     extra: dict[str, Any] | None = None,
     on_plan: PlanHandler | None = None,
+    on_sync: SyncHandler | None = None,
     on_output: OutputHandler | None = None,
 ) -> tuple[JobResult, jobs.JobRecord]:
-    """Plan, record and run one job; the result and its finished record.
+    """Plan, record and run one job attached; the result and its finished record.
 
     Bad options raise UsageError before any record or node is touched; the head must be
     reachable with the cluster key (JobError otherwise) before the record is written.
     """
     via = via or MpirunLauncher()
-    job_id = jobs.new_id()
-    plan = via.plan(cluster, options, job_id)
-    via.prepare(cluster)
-    record = create_record(cluster, plan, options.command, extra)
+    request = request or JobRequest(extra=dict(extra or {}))
+    plan, record = _prepare(cluster, options, via, request, on_sync)
     if on_plan is not None:
         on_plan(plan, record)
     result = via.execute(cluster, plan, record, on_output=on_output, timeout=options.timeout)
+    jobops.write_rank_files(record)
     return result, record
+
+
+def submit_detached(
+    cluster: Cluster,
+    options: LaunchOptions,
+    *,
+    via: Launcher | None = None,
+    request: JobRequest | None = None,
+    on_plan: PlanHandler | None = None,
+    on_sync: SyncHandler | None = None,
+) -> jobs.JobRecord:
+    """Plan, record and start one job detached (``--timeout`` does not apply: cancel it)."""
+    if options.timeout is not None:
+        raise UsageError("--timeout applies to attached runs; end a detached job with jobs cancel")
+    via = via or MpirunLauncher()
+    plan, record = _prepare(cluster, options, via, request or JobRequest(), on_sync)
+    if on_plan is not None:
+        on_plan(plan, record)
+    return via.start(cluster, plan, record)

@@ -1,0 +1,144 @@
+"""What the ``jobs`` commands do to recorded jobs: list them (asking each head about its running
+detached jobs), show their output (following it), and cancel them.
+
+A detached job lives on its head (:mod:`mpictl.detached`); its record is brought up to date from
+there. An attached job lives in the ``mpictl run`` process that supervises it: following it
+reads its record's output as that process writes it, and cancelling it signals that process,
+which ends the job on every node as Ctrl-C does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mpictl import detached, jobs, ranks, remote
+from mpictl.errors import JobError, UsageError
+from mpictl.executor import CleanupReport
+from mpictl.inventory import load_inventory
+
+Printer = Callable[[str], None]
+POLL_S = 0.5
+
+
+def _head(record: jobs.JobRecord) -> remote.HeadSSH:
+    return remote.HeadSSH.for_cluster(load_inventory(record.inventory))
+
+
+def _hosts(record: jobs.JobRecord) -> list[str]:
+    return [str(h["host"]) for h in record.hosts]
+
+
+def write_rank_files(record: jobs.JobRecord) -> None:
+    """Per-rank files of a finished job into its ``--output-dir`` (when it asked for one)."""
+    directory = record.extra.get("output_dir")
+    if directory and record.status != jobs.RUNNING and record.output_path.exists():
+        text = record.output_path.read_text(errors="replace")
+        ranks.write_dir(text, Path(directory), record.ranks)
+
+
+def refresh(records: list[jobs.JobRecord]) -> tuple[list[jobs.JobRecord], list[str]]:
+    """``records`` with every running detached job settled from its head's state; notes for
+    heads that could not be asked (their jobs stay as recorded)."""
+    by_inventory: dict[str, list[jobs.JobRecord]] = {}
+    for record in records:
+        if record.status == jobs.RUNNING and detached.is_detached(record):
+            by_inventory.setdefault(record.inventory, []).append(record)
+    notes = []
+    for inventory, group in by_inventory.items():
+        try:
+            states = detached.states(_head(group[0]), group)
+        except Exception as exc:  # noqa: BLE001 - one unreachable head must not hide the list
+            notes.append(f"{inventory}: could not ask the head ({exc})")
+            continue
+        for record in group:
+            if record.id in states:
+                detached.settle(record, states[record.id])
+                write_rank_files(record)
+    return records, notes
+
+
+def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Printer) -> int | None:
+    """Print a job's output (``rank``: that rank's only); with ``follow``, until the job ends.
+    The job's exit code when it has ended, else None."""
+    record = jobs.load(job_id)
+    if rank is not None:
+        ranks.of_rank("", rank, record.ranks)  # a rank the job did not have: refused up front
+    printed = 0
+    if rank is None and record.output_path.exists():
+        text = record.output_path.read_text(errors="replace")
+        out(text)
+        printed = len(text.encode())
+    stream = None if rank is not None else out
+    if detached.is_detached(record) and not record.extra["detached"].get("fetched"):
+        state = detached.fetch_output(_head(record), record, follow=follow, on_output=stream)
+        if state.state != "running":
+            record.extra["detached"]["fetched"] = True
+            jobs.save(record)
+            write_rank_files(record)
+    elif follow and record.status == jobs.RUNNING:
+        _follow_local(record, printed, stream)
+        record = jobs.load(record.id)
+    if rank is not None:
+        text = record.output_path.read_text(errors="replace") if record.output_path.exists() else ""
+        out(ranks.of_rank(text, rank, record.ranks))
+    record = jobs.load(record.id)
+    return None if record.status == jobs.RUNNING else record.exit_code
+
+
+def _follow_local(record: jobs.JobRecord, offset: int, out: Printer | None) -> None:
+    """Print what an attached job's supervisor appends to its output, until the job ends."""
+    with record.output_path.open("rb") as fh:
+        fh.seek(offset)
+        while True:
+            chunk = fh.read()
+            if chunk and out is not None:
+                out(chunk.decode("utf-8", errors="replace"))
+            if jobs.load(record.id).status != jobs.RUNNING:
+                rest = fh.read()
+                if rest and out is not None:
+                    out(rest.decode("utf-8", errors="replace"))
+                return
+            time.sleep(POLL_S)
+
+
+def cancel(job_id: str) -> dict[str, Any]:
+    """End a running job on every node; what happened, for the CLI to print."""
+    record = jobs.load(job_id)
+    if record.status != jobs.RUNNING:
+        code = f", exit code {record.exit_code}" if record.exit_code is not None else ""
+        raise UsageError(f"job {record.id} is not running (status {record.status}{code})")
+    if detached.is_detached(record):
+        report = detached.cancel(_head(record), record, _hosts(record))
+        write_rank_files(record)
+        return {"job": record.id, "status": record.status, "cleanup": _summary(report)}
+    return _cancel_attached(record)
+
+
+def _cancel_attached(record: jobs.JobRecord) -> dict[str, Any]:
+    """Signal the ``mpictl run`` that supervises the job (it ends the job everywhere)."""
+    pid = record.controller.get("pid")
+    if jobs.controller_alive(record.controller) is not True or not isinstance(pid, int):
+        raise JobError(
+            f"job {record.id} is attached to an mpictl run on {record.controller.get('host')} "
+            "that this machine cannot signal; end it there (Ctrl-C)"
+        )
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        current = jobs.load(record.id)
+        if current.status != jobs.RUNNING:
+            return {"job": record.id, "status": current.status, "cleanup": "by its mpictl run"}
+        time.sleep(POLL_S)
+    raise JobError(f"job {record.id}: its mpictl run (pid {pid}) did not end it within 60 s")
+
+
+def _summary(report: CleanupReport) -> str:
+    text = f"{report.killed} leftover process(es) ended"
+    if report.left:
+        text += f"; could not verify {', '.join(report.left)}"
+    return text

@@ -1,0 +1,54 @@
+"""Each rank's own output, from a job's output as mpirun tags it (``--tag-output``).
+
+A job's output holds lines such as ``[1,2]<stdout>: text``: job 1, rank 2, its stdout. Lines
+mpirun prints itself carry no tag and belong to no rank. ``jobs logs --rank N`` and
+``run --output-dir`` read ranks from there, so every job has them, attached or detached.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from mpictl.errors import UsageError
+
+_TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>: ?")
+
+
+def split(text: str) -> dict[int, dict[str, list[str]]]:
+    """rank -> stream ("stdout"/"stderr") -> its lines (with their newlines), in order."""
+    out: dict[int, dict[str, list[str]]] = {}
+    for line in text.splitlines(keepends=True):
+        m = _TAG.match(line)
+        if not m:
+            continue
+        stream = "stdout" if m.group(3) == "stdout" else "stderr"
+        streams = out.setdefault(int(m.group(2)), {"stdout": [], "stderr": []})
+        streams[stream].append(line[m.end() :])
+    return out
+
+
+def of_rank(text: str, rank: int, ranks: int, streams: Sequence[str] = ("stdout", "stderr")) -> str:
+    """What rank ``rank`` printed (stdout then stderr lines, each in order); UsageError for a
+    rank the job did not have."""
+    if not 0 <= rank < ranks:
+        raise UsageError(f"--rank {rank}: the job had {ranks} rank(s) (0..{ranks - 1})")
+    mine = split(text).get(rank, {})
+    return "".join(line for s in streams for line in mine.get(s, []))
+
+
+def write_dir(text: str, directory: Path, ranks: int) -> list[Path]:
+    """``directory/rank.N/stdout`` and ``stderr`` for every rank of the job (empty files for a
+    rank that printed nothing); the files written."""
+    by_rank = split(text)
+    written = []
+    width = len(str(max(ranks - 1, 0)))
+    for rank in range(ranks):
+        folder = directory / f"rank.{rank:0{width}d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for stream in ("stdout", "stderr"):
+            path = folder / stream
+            path.write_text("".join(by_rank.get(rank, {}).get(stream, [])))
+            written.append(path)
+    return written

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Detached jobs on the head, as the MPI user (`mpictl run --detach`, `mpictl jobs ...`):
+#   bash -c "$(cat job_detached.sh)" mpictl-detached start  JOB_DIR MPIRUN_ARG... COMMAND...
+#   bash -c "$(cat job_detached.sh)" mpictl-detached logs   JOB_DIR OFFSET [follow]
+#   bash -c "$(cat job_detached.sh)" mpictl-detached state  JOB_DIR...
+#   bash -c "$(cat job_detached.sh)" mpictl-detached cancel JOB_DIR
+# JOB_DIR (relative to the home directory) holds output.log (everything the job prints), pid (the
+# job's session leader, whose process group is the job) and, once mpirun has ended, exit_code.
+# The job runs in a session of its own: a transient systemd user unit where the MPI user has a
+# systemd manager, else setsid; stdin, stdout and stderr are away from this SSH session, so
+# neither its end nor the controller's reaches the job.
+#   start   prints "started PID SUPERVISOR" once mpirun runs ("ended RC" if it already ended)
+#   logs    prints output.log from byte OFFSET (following it until the job ends with "follow"),
+#           then "mpictl-state ..." on stderr
+#   state   one line per JOB_DIR: "JOB_DIR exited RC", "JOB_DIR running" or "JOB_DIR lost"
+#   cancel  SIGTERM to the job's process group, SIGKILL after 10 s; then its state line
+set -u
+cd || exit 1
+
+state() {
+  if [ -e "$1/exit_code" ]; then
+    echo "$1 exited $(cat "$1/exit_code")"
+  elif [ -e "$1/pid" ] && kill -0 "$(cat "$1/pid")" 2>/dev/null; then
+    echo "$1 running"
+  else
+    echo "$1 lost"
+  fi
+}
+
+start() {
+  local dir=$1 job runtime supervisor unit pid
+  shift
+  command -v mpirun >/dev/null 2>&1 || {
+    echo "mpictl: mpirun not found on $(hostname) in PATH=$PATH (run mpictl provision)" >&2
+    exit 127
+  }
+  mkdir -p "$dir" || exit 1
+  : >"$dir/output.log"
+  rm -f "$dir/exit_code" "$dir/pid"
+  # shellcheck disable=SC2016  # expanded by the job's own shell
+  job='dir=$1; shift; mpirun "$@" </dev/null >>"$dir/output.log" 2>&1; rc=$?
+echo "$rc" >"$dir/exit_code.tmp" && mv -f "$dir/exit_code.tmp" "$dir/exit_code"'
+  runtime=${XDG_RUNTIME_DIR:-/run/user/$(id -u)}
+  if command -v systemd-run >/dev/null 2>&1 && [ -S "$runtime/systemd/private" ]; then
+    supervisor=systemd
+    unit="mpictl-job-$(basename "$dir")"
+    XDG_RUNTIME_DIR=$runtime systemd-run --user --quiet --collect --unit "$unit" \
+      -p KillMode=control-group --working-directory "$HOME" \
+      bash -c "$job" mpictl-job "$dir" "$@" || exit 1
+    pid=$(XDG_RUNTIME_DIR=$runtime systemctl --user show -p MainPID --value "$unit")
+  else
+    supervisor=setsid
+    setsid bash -c "$job" mpictl-job "$dir" "$@" </dev/null >/dev/null 2>&1 &
+    pid=$!
+  fi
+  echo "$pid" >"$dir/pid"
+  for _ in $(seq 1 200); do
+    if [ -e "$dir/exit_code" ]; then
+      echo "ended $(cat "$dir/exit_code")"
+      return 0
+    fi
+    if pgrep -s "$pid" -x mpirun >/dev/null 2>&1; then
+      echo "started $pid $supervisor"
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "mpictl: the job did not start within 10 s (see ~/$dir/output.log on $(hostname))" >&2
+  exit 1
+}
+
+logs() {
+  local dir=$1 offset=$2 mode=${3:-}
+  [ -e "$dir/output.log" ] || {
+    echo "mpictl: no job in ~/$dir on $(hostname)" >&2
+    exit 2
+  }
+  if [ "$mode" = follow ] && [ ! -e "$dir/exit_code" ] && [ -e "$dir/pid" ]; then
+    tail -c "+$((offset + 1))" -f --pid="$(cat "$dir/pid")" "$dir/output.log"
+    for _ in $(seq 1 50); do
+      [ -e "$dir/exit_code" ] && break
+      sleep 0.1
+    done
+  else
+    tail -c "+$((offset + 1))" "$dir/output.log"
+  fi
+  echo "mpictl-state $(state "$dir")" >&2
+}
+
+cancel() {
+  local dir=$1 pid
+  pid=$(cat "$dir/pid" 2>/dev/null) || {
+    state "$dir"
+    return 0
+  }
+  kill -TERM -- "-$pid" 2>/dev/null
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 -- "-$pid" 2>/dev/null || break
+    sleep 1
+  done
+  kill -KILL -- "-$pid" 2>/dev/null
+  for _ in $(seq 1 20); do
+    [ -e "$dir/exit_code" ] && break
+    sleep 0.1
+  done
+  state "$dir"
+}
+
+action=${1:-}
+shift || true
+case "$action" in
+  start) start "$@" ;;
+  logs) logs "$@" ;;
+  cancel) cancel "$1" ;;
+  state) for d in "$@"; do state "$d"; done ;;
+  *)
+    echo "usage: job_detached.sh start|logs|state|cancel JOB_DIR ..." >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,146 @@
+"""Send a workdir selection (:mod:`mpictl.workdir`) to the nodes of a job.
+
+The controller sends it once, to the head, with rsync over the head's own SSH connection (the
+cluster key, the pinned known_hosts of the inventory); the head then spreads it to the other
+nodes in rounds (``scripts/workdir_fanout.py``), each node mirroring the head's copy. Every
+transfer's rsync ``--stats`` are kept, so a record shows what moved (a second run of an unchanged
+tree moves no file content).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mpictl import programs, remote, workdir
+from mpictl.errors import JobError
+
+FANOUT = "workdir_fanout.py"
+_STAT_LINES = {
+    "files": r"Number of regular files transferred:\s*([\d,.]+)",
+    "content_bytes": r"Total transferred file size:\s*([\d,.]+)",
+    "sent_bytes": r"Total bytes sent:\s*([\d,.]+)",
+}
+
+
+@dataclass(frozen=True)
+class RsyncStats:
+    files: int  # regular files whose content moved
+    content_bytes: int  # their size ("Total transferred file size")
+    sent_bytes: int  # what the sender put on the wire
+
+
+def parse_stats(text: str) -> RsyncStats:
+    """The figures of ``rsync --stats`` output (0 for a figure that is missing)."""
+    values = {}
+    for key, pattern in _STAT_LINES.items():
+        m = re.search(pattern, text)
+        values[key] = int(re.sub(r"[,.]", "", m.group(1))) if m else 0
+    return RsyncStats(**values)
+
+
+@dataclass
+class SyncReport:
+    path: str  # absolute, the same on every node
+    local: str
+    digest: str
+    files: int
+    bytes: int
+    left_out: list[str]
+    controller: RsyncStats  # controller -> head
+    fanout: list[dict[str, Any]] = field(default_factory=list)  # from, to, stats
+    seconds: float = 0.0
+
+    @property
+    def moved_content(self) -> int:
+        """File content (bytes) that moved anywhere in this sync."""
+        return self.controller.content_bytes + sum(f["stats"]["content_bytes"] for f in self.fanout)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "moved_content": self.moved_content}
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def send_to_head(head: remote.HeadSSH, sel: workdir.Selection, rel: str) -> RsyncStats:
+    """rsync the selection to ``~/rel`` on the head (everything else excluded, and deleted)."""
+    if shutil.which("rsync") is None:
+        raise JobError("--workdir needs rsync on the controller (apt-get install rsync)")
+    with tempfile.NamedTemporaryFile("w", prefix="mpictl-filter-", suffix=".rules") as rules:
+        rules.write(workdir.rsync_filter(sel))
+        rules.flush()
+        argv = [
+            "rsync",
+            "-a",
+            "--delete",
+            "--delete-excluded",
+            "--stats",
+            f"--filter=merge {rules.name}",
+            "-e",
+            shlex.join(head.transport()),
+            f"--rsync-path=mkdir -p {shlex.quote(rel)} && rsync",
+            f"{sel.root}/",
+            f"{head.user}@{head.host}:{rel}/",
+        ]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise JobError(
+            f"{head.node.name}: sending {sel.root} failed (rsync exit {proc.returncode}: "
+            f"{_last_line(proc.stderr)}); is rsync installed on the node? `mpictl provision`"
+        )
+    return parse_stats(proc.stdout)
+
+
+def spread(
+    head: remote.HeadSSH, rel: str, hosts: Sequence[str]
+) -> tuple[str, list[dict[str, Any]]]:
+    """From the head to ``hosts`` (addresses); the head's home and one record per transfer."""
+    spec = {"dir": rel, "hosts": list(hosts), "connect_timeout": 5, "timeout": 3600}
+    proc = head.run_python(programs.source(FANOUT), [json.dumps(spec)], timeout=3700)
+    data = next(iter(remote.json_lines(proc.stdout)), None)
+    if proc.returncode != 0 or data is None:
+        raise JobError(
+            f"{head.node.name}: spreading the workdir from the head failed: "
+            f"{_last_line(proc.stderr) or proc.returncode}"
+        )
+    records = []
+    failed = []
+    for rec in data["transfers"]:
+        if rec["rc"] != 0:
+            failed.append(f"{rec['to']} (from {rec['from']}: {_last_line(rec['stderr'])})")
+        records.append(
+            {"from": rec["from"], "to": rec["to"], "stats": asdict(parse_stats(rec["stdout"]))}
+        )
+    if failed:
+        raise JobError("the workdir did not reach " + "; ".join(failed))
+    return str(data["home"]), records
+
+
+def sync(head: remote.HeadSSH, sel: workdir.Selection, hosts: Sequence[str]) -> SyncReport:
+    """The selection at one path on the head and on ``hosts``."""
+    started = time.monotonic()
+    rel = workdir.remote_dir(sel.root)
+    controller = send_to_head(head, sel, rel)
+    home, fanout = spread(head, rel, [h for h in hosts if h not in (head.node.address,)])
+    return SyncReport(
+        path=f"{home.rstrip('/')}/{rel}",
+        local=str(sel.root),
+        digest=sel.digest,
+        files=len(sel.files),
+        bytes=sel.total_bytes,
+        left_out=sel.left_out,
+        controller=controller,
+        fanout=fanout,
+        seconds=time.monotonic() - started,
+    )
