@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(podman runc debootstrap openssh-client uidmap catatonit iperf3 bzip2 xz-utils ca-certificates)
+pkgs=(podman runc debootstrap openssh-client rsync uidmap catatonit iperf3 bzip2 xz-utils ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
