@@ -3,6 +3,8 @@
 - every node reaches every node as the MPI user (BatchMode, StrictHostKeyChecking=yes), by
   inventory name and by IP;
 - a non-interactive ``ssh nodeB env`` shows the directories other roles contribute;
+- login shells (``bash -l``, ``sh -l``, nested, ``su -``, ``sudo -i``, an interactive SSH login)
+  find the same mpirun and venv python, with the contributed directories once each, in order;
 - a second provision changes nothing in these roles;
 - a node whose host key changed is refused, and re-provisioning recovers;
 - the private key never appears in any output or runner artifact; file modes; the host key
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import subprocess
 import sys
@@ -21,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from mpictl import paths, provision, runner
+from mpictl import paths, provision, runner, settings
 from mpictl.inventory import Cluster, Node
 from tests.integration.conftest import describe_failures
-from tests.integration.nodes import cluster_key, load, ssh, ssh_mpi
+from tests.integration.nodes import cluster_key, load, ssh, ssh_base, ssh_mpi
 
 ROLES = ("ssh_mesh", "mpi_environment", "hostfile")
 DUMMY_PLAY = Path(__file__).parent / "playbooks" / "contribute_dummy.yml"
@@ -178,6 +181,92 @@ def test_non_interactive_ssh_sees_contributed_directories(
     again = runner.run_playbook(DUMMY_PLAY, inventory)
     assert again.ok and not again.changed_tasks(), [t.task for t in again.changed_tasks()]
     root(b, "sed -i '/^MPICTL_IT_KEEP=/d' /etc/environment")
+
+
+# --- login shells (issue 12, item 7) -------------------------------------------------------------
+
+# Debian's /etc/profile resets PATH for every login shell; /etc/profile.d/mpictl.sh puts the
+# contributed directories back. dash's `command -v` takes one name, hence two commands for sh.
+WHICH_SH = "command -v mpirun; command -v python3"
+BASE_DIRS = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+
+def mpi_out(node: Node, command: str) -> list[str]:
+    """Words of ``command``'s output, run on ``node`` as the MPI user (non-interactive SSH)."""
+    proc = ssh_mpi(node, command)
+    assert proc.returncode == 0, f"{node.name}: {command}: {proc.stderr.strip()}"
+    return proc.stdout.split()
+
+
+def env_of(text: str) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in (line.split("=", 1) for line in text.splitlines() if "=" in line)
+        if k in ("PATH", "LD_LIBRARY_PATH")
+    }
+
+
+def test_login_shells_find_the_same_mpirun_and_venv_python(cluster: Cluster) -> None:
+    venv_python = settings.for_cluster(cluster).venv + "/bin/python3"
+    for node in cluster.nodes:
+        plain = mpi_out(node, "command -v mpirun python3")
+        assert len(plain) == 2 and plain[0].startswith("/opt/openmpi/"), (node.name, plain)
+        assert plain[1] == venv_python, (node.name, plain)
+        assert mpi_out(node, "bash -lc 'command -v mpirun python3'") == plain, node.name
+        assert mpi_out(node, f"sh -lc '{WHICH_SH}'") == plain, node.name
+        assert mpi_out(node, f"bash -lc \"bash -lc '{WHICH_SH}'\"") == plain, node.name
+        # as root: su - and sudo -i start the MPI user's login shell
+        assert root(node, f"su - mpi -c '{WHICH_SH}'").split() == plain, node.name
+        assert root(node, "su - mpi -s /bin/sh -c 'command -v mpirun'").split() == plain[:1]
+        assert root(node, "sudo -i -u mpi command -v mpirun").split() == plain[:1], node.name
+
+
+def test_login_shells_from_another_node_and_an_interactive_login(cluster: Cluster) -> None:
+    """What issue 12 measured: `ssh node2 "bash -lc 'command -v mpirun'"` from the head, and an
+    interactive login (a terminal, no command) as the MPI user."""
+    head = cluster.nodes[0]
+    for node in cluster.nodes[1:]:
+        plain = mpi_out(head, f"ssh -o BatchMode=yes {node.name} 'command -v mpirun python3'")
+        login = mpi_out(
+            head, f"ssh -o BatchMode=yes {node.name} \"bash -lc 'command -v mpirun python3'\""
+        )
+        assert login == plain and len(plain) == 2, (node.name, plain, login)
+        argv = ssh_base(node, "mpi", str(cluster_key()))
+        proc = subprocess.run(
+            [*argv[:-1], "-tt", argv[-1]],
+            input='echo "@@$(command -v mpirun)@@$(command -v python3)@@"; exit\n',
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        found = re.search(r"@@(/[^@\s]*)@@(/[^@\s]*)@@", proc.stdout)
+        assert found, (node.name, proc.stdout[-2000:], proc.stderr[-500:])
+        assert list(found.groups()) == plain, node.name
+
+
+@pytest.mark.parametrize("shell", ["bash -lc env", "sh -lc env", "bash -lc 'bash -lc env'"])
+def test_login_shells_get_the_contributed_dirs_once_each_in_order(
+    cluster: Cluster, shell: str
+) -> None:
+    for node in cluster.nodes:
+        plain = ssh_mpi(node, "env")
+        login = ssh_mpi(node, shell)
+        assert plain.returncode == 0 and login.returncode == 0, (node.name, login.stderr)
+        want, got = env_of(plain.stdout), env_of(login.stdout)
+        contributed = [d for d in want["PATH"].split(":") if d not in BASE_DIRS]
+        path = got["PATH"].split(":")
+        assert len(path) == len(set(path)), (node.name, shell, got["PATH"])
+        assert [d for d in path if d in contributed] == contributed, (node.name, got["PATH"])
+        assert path.index(contributed[-1]) < path.index("/usr/bin"), (node.name, got["PATH"])
+        assert got["LD_LIBRARY_PATH"] == want["LD_LIBRARY_PATH"], (node.name, shell)
+
+
+def test_the_login_script_is_managed(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        out = root(
+            node, "stat -c '%a %U' /etc/profile.d/mpictl.sh; head -n 2 /etc/profile.d/mpictl.sh"
+        )
+        assert out.splitlines() == ["644 root", "#", "# Ansible managed"], (node.name, out)
 
 
 def test_second_provision_changes_nothing_in_these_roles(
