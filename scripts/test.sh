@@ -13,8 +13,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 export MPICTL_CACHE_DIR=${MPICTL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpictl}
 
 tier=${1:-all}
-ruff check mpictl tests bench filter_plugins roles
-ruff format --check mpictl tests bench filter_plugins roles
+ruff check mpictl tests bench filter_plugins roles examples
+ruff format --check mpictl tests bench filter_plugins roles examples
 shellcheck scripts/*.sh .ci/run mpictl/scripts/*.sh mpictl/scripts/mpictl-torch-env
 ansible-lint --nocolor -q playbooks roles
 pytest -q -p no:cacheprovider tests/unit

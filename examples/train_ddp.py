@@ -1,0 +1,77 @@
+"""A small data-parallel training run: PyTorch DistributedDataParallel over gloo.
+
+    mpictl run -np 3 --torch --workdir examples -- python train_ddp.py [--steps 30]
+
+``--torch`` gives every rank RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, which
+``init_process_group(init_method="env://")`` reads; ``--workdir examples`` puts this file on every
+node. The data are synthetic (images whose class is a fixed linear function of their pixels, so
+the model can learn it), each rank trains on its own shard, and DDP averages the gradients.
+Rank 0 prints one JSON line per logged step: the loss averaged over all ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+IMAGE = 16
+
+
+def synthetic_data(samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images and labels; the labelling rule is the same on every rank (seed 0)."""
+    pixels = torch.randn(samples, 1, IMAGE, IMAGE, generator=torch.Generator().manual_seed(seed))
+    rule = torch.randn(1, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0))
+    labels = ((pixels * rule).sum(dim=(1, 2, 3)) > 0).long()
+    return pixels, labels
+
+
+def small_cnn() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 8, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(8 * (IMAGE // 2) ** 2, 2),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=0.05)
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)  # ranks share the node's cores
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(1234)  # the same initial weights everywhere (DDP broadcasts them anyway)
+    model = DistributedDataParallel(small_cnn())
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    pixels, labels = synthetic_data(args.batch * args.steps, seed=100 + rank)  # this rank's shard
+    loss_fn = nn.CrossEntropyLoss()
+    started = time.perf_counter()
+    for step in range(args.steps):
+        batch = slice(step * args.batch, (step + 1) * args.batch)
+        optimizer.zero_grad()
+        loss = loss_fn(model(pixels[batch]), labels[batch])
+        loss.backward()  # DDP all-reduces the gradients here
+        optimizer.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        if rank == 0:
+            record = {"step": step, "loss": round(mean.item() / world, 5), "world_size": world}
+            print(json.dumps(record), flush=True)
+    if rank == 0:
+        print(json.dumps({"done": True, "seconds": round(time.perf_counter() - started, 3)}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
