@@ -30,7 +30,7 @@ CANCELLED_EXIT = 143
 
 @dataclass(frozen=True)
 class HeadState:
-    state: str  # "running", "exited", "lost"
+    state: str  # "running", "exited", "cancelled", "lost"
     exit_code: int | None = None
 
 
@@ -49,11 +49,11 @@ def _last_line(text: str) -> str:
 
 
 def parse_state(line: str) -> tuple[str, HeadState]:
-    """``DIR exited RC`` / ``DIR running`` / ``DIR lost`` -> (dir, state)."""
+    """``DIR exited RC`` / ``DIR cancelled`` / ``DIR running`` / ``DIR lost`` -> (dir, state)."""
     parts = line.split()
     if len(parts) == 3 and parts[1] == "exited" and parts[2].lstrip("-").isdigit():
         return parts[0], HeadState("exited", int(parts[2]))
-    if len(parts) == 2 and parts[1] in ("running", "lost"):
+    if len(parts) == 2 and parts[1] in ("running", "cancelled", "lost"):
         return parts[0], HeadState(parts[1])
     raise ValueError(f"not a job state: {line!r}")
 
@@ -83,13 +83,17 @@ def is_detached(record: jobs.JobRecord) -> bool:
 
 
 def settle(record: jobs.JobRecord, state: HeadState) -> jobs.JobRecord:
-    """Finish ``record`` from the head's state (a running job stays as it is)."""
-    if record.status != jobs.RUNNING or state.state == "running":
-        return record
+    """Finish ``record`` from the head's state (a running job stays as it is). The record on
+    disk wins over ``record``: another mpictl (a cancel) may have finished it meanwhile."""
+    current = jobs.load(record.id)
+    if current.status != jobs.RUNNING or state.state == "running":
+        return current
+    if state.state == "cancelled":
+        return jobs.finish(current, exit_code=CANCELLED_EXIT, status=jobs.CANCELLED)
     if state.state == "lost":
-        return jobs.finish(record, exit_code=-1, status=jobs.UNKNOWN)
+        return jobs.finish(current, exit_code=-1, status=jobs.UNKNOWN)
     code = int(state.exit_code or 0)
-    return jobs.finish(record, exit_code=code, status=jobs.status_of(code))
+    return jobs.finish(current, exit_code=code, status=jobs.status_of(code))
 
 
 def states(head: remote.HeadSSH, records: Sequence[jobs.JobRecord]) -> dict[str, HeadState]:

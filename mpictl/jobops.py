@@ -49,6 +49,7 @@ def refresh(records: list[jobs.JobRecord]) -> tuple[list[jobs.JobRecord], list[s
         if record.status == jobs.RUNNING and detached.is_detached(record):
             by_inventory.setdefault(record.inventory, []).append(record)
     notes = []
+    settled: dict[str, jobs.JobRecord] = {}
     for inventory, group in by_inventory.items():
         try:
             states = detached.states(_head(group[0]), group)
@@ -57,8 +58,9 @@ def refresh(records: list[jobs.JobRecord]) -> tuple[list[jobs.JobRecord], list[s
             continue
         for record in group:
             if record.id in states:
-                detached.settle(record, states[record.id])
-                write_rank_files(record)
+                settled[record.id] = detached.settle(record, states[record.id])
+                write_rank_files(settled[record.id])
+    records = [settled.get(r.id, r) for r in records]
     return records, notes
 
 

@@ -12,14 +12,18 @@
 #   start   prints "started PID SUPERVISOR" once mpirun runs ("ended RC" if it already ended)
 #   logs    prints output.log from byte OFFSET (following it until the job ends with "follow"),
 #           then "mpictl-state ..." on stderr
-#   state   one line per JOB_DIR: "JOB_DIR exited RC", "JOB_DIR running" or "JOB_DIR lost"
-#   cancel  SIGTERM to the job's process group, SIGKILL after 10 s; then its state line
+#   state   one line per JOB_DIR: "JOB_DIR exited RC", "JOB_DIR cancelled", "JOB_DIR running"
+#           or "JOB_DIR lost" (gone without an exit code)
+#   cancel  marks the job cancelled, SIGTERM to its process group, SIGKILL after 10 s; then its
+#           state line
 set -u
 cd || exit 1
 
 state() {
   if [ -e "$1/exit_code" ]; then
     echo "$1 exited $(cat "$1/exit_code")"
+  elif [ -e "$1/cancelled" ]; then
+    echo "$1 cancelled"
   elif [ -e "$1/pid" ] && kill -0 "$(cat "$1/pid")" 2>/dev/null; then
     echo "$1 running"
   else
@@ -36,7 +40,7 @@ start() {
   }
   mkdir -p "$dir" || exit 1
   : >"$dir/output.log"
-  rm -f "$dir/exit_code" "$dir/pid"
+  rm -f "$dir/exit_code" "$dir/pid" "$dir/cancelled"
   # shellcheck disable=SC2016  # expanded by the job's own shell
   job='dir=$1; shift; mpirun "$@" </dev/null >>"$dir/output.log" 2>&1; rc=$?
 echo "$rc" >"$dir/exit_code.tmp" && mv -f "$dir/exit_code.tmp" "$dir/exit_code"'
@@ -78,7 +82,7 @@ logs() {
   if [ "$mode" = follow ] && [ ! -e "$dir/exit_code" ] && [ -e "$dir/pid" ]; then
     tail -c "+$((offset + 1))" -f --pid="$(cat "$dir/pid")" "$dir/output.log"
     for _ in $(seq 1 50); do
-      [ -e "$dir/exit_code" ] && break
+      [ -e "$dir/exit_code" ] || [ -e "$dir/cancelled" ] && break
       sleep 0.1
     done
   else
@@ -93,6 +97,7 @@ cancel() {
     state "$dir"
     return 0
   }
+  [ -e "$dir/exit_code" ] || : >"$dir/cancelled"
   kill -TERM -- "-$pid" 2>/dev/null
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     kill -0 -- "-$pid" 2>/dev/null || break
