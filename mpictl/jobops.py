@@ -79,9 +79,10 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
     if detached.is_detached(record) and not record.extra["detached"].get("fetched"):
         state = detached.fetch_output(_head(record), record, follow=follow, on_output=stream)
         if state.state != "running":
-            record.extra["detached"]["fetched"] = True
-            jobs.save(record)
-            write_rank_files(record)
+            current = jobs.load(record.id)  # settled meanwhile, here or by another mpictl
+            current.extra["detached"]["fetched"] = True
+            jobs.save(current)
+            write_rank_files(current)
     elif follow and record.status == jobs.RUNNING:
         _follow_local(record, printed, stream)
         record = jobs.load(record.id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -132,6 +133,11 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], **kwargs: Any)
     return table
 
 
+def _one_line(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def nodes_table(nodes: Sequence[Any]) -> Table:
     """Sandbox nodes (``sandbox up``/``status``)."""
     return _table(
@@ -155,7 +161,7 @@ def jobs_table(records: Sequence[JobRecord]) -> Table:
                 ",".join(h["host"] for h in r.hosts),
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start)),
                 "" if r.duration_s is None else f"{r.duration_s:.1f}",
-                " ".join(r.command),
+                _one_line(shlex.join(r.command)),
             )
             for r in records
         ],

@@ -63,7 +63,7 @@ echo "$rc" >"$dir/exit_code.tmp" && mv -f "$dir/exit_code.tmp" "$dir/exit_code"'
       echo "ended $(cat "$dir/exit_code")"
       return 0
     fi
-    if pgrep -s "$pid" -x mpirun >/dev/null 2>&1; then
+    if pgrep -s "$pid" -x 'mpirun|prterun' >/dev/null 2>&1; then  # OpenMPI 5: mpirun execs prterun
       echo "started $pid $supervisor"
       return 0
     fi
