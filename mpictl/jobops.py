@@ -37,8 +37,14 @@ def write_rank_files(record: jobs.JobRecord) -> None:
     """Per-rank files of a finished job into its ``--output-dir`` (when it asked for one)."""
     directory = record.extra.get("output_dir")
     if directory and record.status != jobs.RUNNING and record.output_path.exists():
-        text = record.output_path.read_text(errors="replace")
-        ranks.write_dir(text, Path(directory), record.ranks)
+        ranks.write_dir(_output(record), Path(directory), record.ranks)
+
+
+def _output(record: jobs.JobRecord) -> str:
+    """The record's output as written: no newline translation (carriage returns stay)."""
+    if not record.output_path.exists():
+        return ""
+    return record.output_path.read_bytes().decode("utf-8", errors="replace")
 
 
 def refresh(records: list[jobs.JobRecord]) -> tuple[list[jobs.JobRecord], list[str]]:
@@ -72,9 +78,9 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
         ranks.of_rank("", rank, record.ranks)  # a rank the job did not have: refused up front
     printed = 0
     if rank is None and record.output_path.exists():
-        text = record.output_path.read_text(errors="replace")
-        out(text)
-        printed = len(text.encode())
+        data = record.output_path.read_bytes()
+        out(data.decode("utf-8", errors="replace"))
+        printed = len(data)
     stream = None if rank is not None else out
     if detached.is_detached(record) and not record.extra["detached"].get("fetched"):
         state = detached.fetch_output(_head(record), record, follow=follow, on_output=stream)
@@ -87,8 +93,7 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
         _follow_local(record, printed, stream)
         record = jobs.load(record.id)
     if rank is not None:
-        text = record.output_path.read_text(errors="replace") if record.output_path.exists() else ""
-        out(ranks.of_rank(text, rank, record.ranks))
+        out(ranks.of_rank(_output(record), rank, record.ranks))
     record = jobs.load(record.id)
     return None if record.status == jobs.RUNNING else record.exit_code
 
@@ -112,6 +117,8 @@ def _follow_local(record: jobs.JobRecord, offset: int, out: Printer | None) -> N
 def cancel(job_id: str) -> dict[str, Any]:
     """End a running job on every node; what happened, for the CLI to print."""
     record = jobs.load(job_id)
+    if record.status == jobs.RUNNING and detached.is_detached(record):
+        record = refresh([record])[0][0]  # ended on its head by itself: settled, not cancelled
     if record.status != jobs.RUNNING:
         code = f", exit code {record.exit_code}" if record.exit_code is not None else ""
         raise UsageError(f"job {record.id} is not running (status {record.status}{code})")

@@ -19,7 +19,7 @@ _TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>: ?")
 def split(text: str) -> dict[int, dict[str, list[str]]]:
     """rank -> stream ("stdout"/"stderr") -> its lines (with their newlines), in order."""
     out: dict[int, dict[str, list[str]]] = {}
-    for line in text.splitlines(keepends=True):
+    for line in _lines(text):
         m = _TAG.match(line)
         if not m:
             continue
@@ -27,6 +27,13 @@ def split(text: str) -> dict[int, dict[str, list[str]]]:
         streams = out.setdefault(int(m.group(2)), {"stdout": [], "stderr": []})
         streams[stream].append(line[m.end() :])
     return out
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as mpirun tags them: ended by a newline only (a progress bar's carriage returns
+    stay inside the line)."""
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def of_rank(text: str, rank: int, ranks: int, streams: Sequence[str] = ("stdout", "stderr")) -> str:

@@ -29,6 +29,7 @@ _STAT_LINES = {
     "content_bytes": r"Total transferred file size:\s*([\d,.]+)",
     "sent_bytes": r"Total bytes sent:\s*([\d,.]+)",
 }
+_RSYNC_SUMMARY = ("rsync error:", "rsync: connection unexpectedly closed")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,14 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _rsync_reason(text: str) -> str:
+    """Why rsync failed: its first line that is not its own closing summary ("rsync error: ...
+    (code 12)" says only that the connection closed; ssh's reason comes before it)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    causes = [line for line in lines if not line.startswith(_RSYNC_SUMMARY)]
+    return causes[0] if causes else (lines[-1] if lines else "")
+
+
 def send_to_head(head: remote.HeadSSH, sel: workdir.Selection, rel: str) -> RsyncStats:
     """rsync the selection to ``~/rel`` on the head (everything else excluded, and deleted)."""
     if shutil.which("rsync") is None:
@@ -97,7 +106,7 @@ def send_to_head(head: remote.HeadSSH, sel: workdir.Selection, rel: str) -> Rsyn
     if proc.returncode != 0:
         raise JobError(
             f"{head.node.name}: sending {sel.root} failed (rsync exit {proc.returncode}: "
-            f"{_last_line(proc.stderr)}); is rsync installed on the node? `mpictl provision`"
+            f"{_rsync_reason(proc.stderr)}); is rsync installed on the node? `mpictl provision`"
         )
     return parse_stats(proc.stdout)
 
@@ -118,7 +127,7 @@ def spread(
     failed = []
     for rec in data["transfers"]:
         if rec["rc"] != 0:
-            failed.append(f"{rec['to']} (from {rec['from']}: {_last_line(rec['stderr'])})")
+            failed.append(f"{rec['to']} (from {rec['from']}: {_rsync_reason(rec['stderr'])})")
         records.append(
             {"from": rec["from"], "to": rec["to"], "stats": asdict(parse_stats(rec["stdout"]))}
         )

@@ -146,9 +146,9 @@ def select(
             _add_file(sel, rules, hasher, base / name, f"{rel_dir}/{name}" if rel_dir else name)
         if sel.total_bytes > max_bytes:
             break
-    if sel.total_bytes > max_bytes:
+    if sel.total_bytes > max_bytes:  # the walk stopped there: the tree may hold more
         raise UsageError(
-            f"--workdir {directory}: {human_size(sel.total_bytes)} to send is over the "
+            f"--workdir {directory}: at least {human_size(sel.total_bytes)} to send, over the "
             f"{human_size(max_bytes)} cap (raise --max-workdir-size, or leave files out with "
             f"{IGNORE_FILE} or --exclude)"
         )
@@ -193,7 +193,10 @@ def remote_dir(directory: Path) -> str:
 
 
 def _escape(rel: str) -> str:
-    """A path as a literal rsync pattern (wildcard characters escaped)."""
+    """A path as a literal rsync pattern: rsync reads a backslash as an escape only in a pattern
+    that has a wildcard character, so a path without one stays as it is."""
+    if not re.search(r"[*?\[]", rel):
+        return rel
     return re.sub(r"([*?\[\\])", r"\\\1", rel)
 
 
