@@ -68,15 +68,18 @@ def parse_size(text: str) -> int:
 
 
 class _Rules:
-    """gitignore rules: a spec per directory that has an ignore file, plus the command line's."""
+    """gitignore rules, in git's precedence: the command line's patterns (``--exclude``) first,
+    then the ignore files, deepest first, then the defaults (``.git/``), which an ignore file
+    may re-include."""
 
     def __init__(self, root: Path, excludes: Sequence[str]) -> None:
         import pathspec
 
         self._pathspec = pathspec
         self.root = root
+        self.command_line = pathspec.GitIgnoreSpec.from_lines(list(excludes))
         self.specs: list[tuple[str, object]] = [
-            ("", pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDES, *excludes]))
+            ("", pathspec.GitIgnoreSpec.from_lines(list(DEFAULT_EXCLUDES)))
         ]
 
     def enter(self, rel_dir: str, directory: Path) -> None:
@@ -89,7 +92,10 @@ class _Rules:
             self.specs.append((rel_dir, self._pathspec.GitIgnoreSpec.from_lines(lines)))
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
-        """The deepest ignore file with a matching rule decides, as in git."""
+        """The first level with a matching rule decides (its last matching rule, as in git)."""
+        result = self.command_line.check_file(rel + "/" if is_dir else rel)
+        if result.include is not None:
+            return bool(result.include)
         for base, spec in reversed(self.specs):
             if base and not rel.startswith(base + "/"):
                 continue

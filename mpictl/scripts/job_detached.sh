@@ -93,10 +93,10 @@ logs() {
 
 cancel() {
   local dir=$1 pid
-  pid=$(cat "$dir/pid" 2>/dev/null) || {
-    state "$dir"
+  if [ -e "$dir/exit_code" ] || ! pid=$(cat "$dir/pid" 2>/dev/null); then
+    state "$dir" # it has ended: nothing to signal (its pid may belong to another process now)
     return 0
-  }
+  fi
   [ -e "$dir/exit_code" ] || : >"$dir/cancelled"
   kill -TERM -- "-$pid" 2>/dev/null
   for _ in 1 2 3 4 5 6 7 8 9 10; do
