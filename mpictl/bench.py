@@ -19,7 +19,7 @@ from typing import Any
 
 from mpictl import programs, remote, submit
 from mpictl import settings as cluster_settings
-from mpictl.errors import CheckFailed, JobError, UsageError
+from mpictl.errors import CheckFailed, Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
 from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions
@@ -178,6 +178,8 @@ def run_bench(
 ) -> BenchReport:
     if min_bytes < 4 or max_bytes < min_bytes:
         raise UsageError(f"bad size range {min_bytes}..{max_bytes} (need 4 <= min <= max)")
+    if len(cluster.nodes) < 2:
+        raise UsageError("bench needs at least two nodes (it measures the link between them)")
     settings = cluster_settings.for_cluster(cluster)
     head = remote.HeadSSH.for_cluster(cluster)
     head.check_reachable()
@@ -201,6 +203,8 @@ def run_bench(
         on_output=on_output,
     )
     job_id = result.job_id
+    if result.status == "interrupted":
+        raise Interrupted(f"bench interrupted (job {job_id})", result.exit_code)
     report.job_id = job_id
     report.points, report.hosts = parse_points(record.output_path.read_text(errors="replace"))
     if result.exit_code != 0 or not report.points:
@@ -227,6 +231,14 @@ def human_bytes(n: int) -> str:
             return f"{value:g} {unit}"
         value /= 1024
     return f"{n} B"
+
+
+def check_plotting() -> None:
+    """UsageError when matplotlib (the ``plot`` extra) is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib: pip install 'mpictl[plot]'")
 
 
 def plot(report: BenchReport, path: Path) -> Path:

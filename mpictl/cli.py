@@ -317,6 +317,8 @@ def bench(
     from mpictl import ui
     from mpictl.inventory import load_inventory
 
+    if plot is not None:
+        bench_mod.check_plotting()  # before the sweep, not after it
     report = bench_mod.run_bench(
         load_inventory(inventory_path(inventory)), max_bytes=max_size, ppn=ppn
     )

@@ -13,10 +13,11 @@ carries the job's id on every node (the cleanup attached jobs use).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import shlex
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from mpictl import executor, jobs, programs, remote
@@ -43,11 +44,6 @@ def _command(action: str, *args: str) -> str:
     return "exec " + shlex.join(argv)
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def parse_state(line: str) -> tuple[str, HeadState]:
     """``DIR exited RC`` / ``DIR cancelled`` / ``DIR running`` / ``DIR lost`` -> (dir, state)."""
     parts = line.split()
@@ -67,7 +63,7 @@ def start(head: remote.HeadSSH, plan: LaunchPlan, record: jobs.JobRecord) -> job
         jobs.finish(record, exit_code=proc.returncode or 1, status="failed")
         raise JobError(
             f"{head.node.name}: the detached job did not start: "
-            f"{_last_line(proc.stderr) or _last_line(proc.stdout) or proc.returncode}"
+            f"{remote.last_line(proc.stderr) or remote.last_line(proc.stdout) or proc.returncode}"
         )
     record.extra["detached"] = {
         "dir": directory,
@@ -103,7 +99,9 @@ def states(head: remote.HeadSSH, records: Sequence[jobs.JobRecord]) -> dict[str,
         return {}
     proc = head.run(_command("state", *dirs), timeout=60)
     if proc.returncode != 0:
-        raise JobError(f"{head.node.name}: cannot read the jobs' state: {_last_line(proc.stderr)}")
+        raise JobError(
+            f"{head.node.name}: cannot read the jobs' state: {remote.last_line(proc.stderr)}"
+        )
     out = {}
     for line in proc.stdout.splitlines():
         try:
@@ -121,10 +119,39 @@ def fetch_output(
     *,
     follow: bool = False,
     on_output: Callable[[str], None] | None = None,
-) -> HeadState:
+) -> HeadState | None:
     """Append what the head has beyond the record's output to it (streaming, and following
     the job until it ends with ``follow``), then settle the record. Ctrl-C while following
-    stops following; the job runs on."""
+    stops following; the job runs on. One fetch at a time per job appends (a lock in the
+    record's directory): another one meanwhile returns None and the record's output as is."""
+    with _fetch_lock(record) as locked:
+        if not locked:
+            return None
+        return _fetch(head, record, follow=follow, on_output=on_output)
+
+
+@contextlib.contextmanager
+def _fetch_lock(record: jobs.JobRecord) -> Iterator[bool]:
+    record.directory.mkdir(parents=True, exist_ok=True)
+    with (record.directory / "fetch.lock").open("w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fetch(
+    head: remote.HeadSSH,
+    record: jobs.JobRecord,
+    *,
+    follow: bool,
+    on_output: Callable[[str], None] | None,
+) -> HeadState:
     directory = record.extra["detached"]["dir"]
     offset = record.output_path.stat().st_size if record.output_path.exists() else 0
     args = [directory, str(offset), *(["follow"] if follow else [])]
@@ -157,7 +184,7 @@ def fetch_output(
     if proc.returncode != 0 or not marker:
         raise JobError(
             f"{head.node.name}: cannot read the output of job {record.id}: "
-            f"{_last_line(text) or proc.returncode}"
+            f"{remote.last_line(text) or proc.returncode}"
         )
     _, state = parse_state(marker.removeprefix("mpictl-state "))
     settle(record, state)
@@ -177,10 +204,14 @@ def cancel(
     proc = head.run(_command("cancel", directory), timeout=60)
     if proc.returncode != 0:
         raise JobError(
-            f"{head.node.name}: cannot cancel job {record.id}: {_last_line(proc.stderr)}"
+            f"{head.node.name}: cannot cancel job {record.id}: {remote.last_line(proc.stderr)}"
         )
+    try:  # the script's last line: "DIR cancelled", or "DIR exited RC" if it ended first
+        _, state = parse_state(remote.last_line(proc.stdout))
+    except ValueError:
+        state = HeadState("cancelled")
     report = executor.cleanup(head, record.id, hosts)
-    jobs.finish(record, exit_code=CANCELLED_EXIT, status=jobs.CANCELLED)
+    settle(record, state)
     with contextlib.suppress(JobError):  # the output fetched so far stays; the job is over
         fetch_output(head, record)
     return report

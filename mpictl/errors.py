@@ -49,3 +49,12 @@ class JobError(MpictlError):
 
 class CheckFailed(MpictlError):
     """A verification (smoke, doctor) found a problem."""
+
+
+class Interrupted(MpictlError):
+    """A signal (Ctrl-C, SIGTERM, SIGHUP) ended a job that a longer operation had started; the
+    operation stops there, with the job's exit code (130, 143, 129)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

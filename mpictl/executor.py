@@ -68,10 +68,10 @@ class _Ended(Exception):
 
 
 class _EndingSignals:
-    """While armed, SIGTERM/SIGHUP raise :class:`_Ended` (as SIGINT raises KeyboardInterrupt);
-    once disarmed they are only noted, so ending the job, the cleanup and the record are never
-    cut short. The previous handlers come back on exit. Outside the main thread no handler can
-    be set, and the defaults stay."""
+    """While armed, SIGTERM/SIGHUP raise :class:`_Ended` and SIGINT KeyboardInterrupt; once
+    disarmed all three are only noted, so ending the job, the cleanup and the record are never
+    cut short (a second Ctrl-C included). The previous handlers come back on exit. Outside the
+    main thread no handler can be set, and the defaults stay."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -80,11 +80,15 @@ class _EndingSignals:
     def _handler(self, signum: int, _frame: Any) -> None:
         if self.armed:
             self.armed = False
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
             raise _Ended(signum)
 
     def __enter__(self) -> _EndingSignals:
         if threading.current_thread() is threading.main_thread():
-            self._previous = {sig: signal.signal(sig, self._handler) for sig in ENDING_SIGNALS}
+            # SIGINT too: a second Ctrl-C during the teardown must not skip the cleanup
+            watched = (signal.SIGINT, *ENDING_SIGNALS)
+            self._previous = {sig: signal.signal(sig, self._handler) for sig in watched}
             self.armed = True
         return self
 

@@ -37,7 +37,12 @@ def write_rank_files(record: jobs.JobRecord) -> None:
     """Per-rank files of a finished job into its ``--output-dir`` (when it asked for one)."""
     directory = record.extra.get("output_dir")
     if directory and record.status != jobs.RUNNING and record.output_path.exists():
-        ranks.write_dir(_output(record), Path(directory), record.ranks)
+        try:
+            ranks.write_dir(_output(record), Path(directory), record.ranks)
+        except OSError as exc:  # checked writable at submit; the job's result still stands
+            current = jobs.load(record.id)
+            current.extra["output_dir_error"] = f"{directory}: {exc.strerror}"
+            jobs.save(current)
 
 
 def _output(record: jobs.JobRecord) -> str:
@@ -82,20 +87,24 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
         out(data.decode("utf-8", errors="replace"))
         printed = len(data)
     stream = None if rank is not None else out
+    state = None
     if detached.is_detached(record) and not record.extra["detached"].get("fetched"):
         state = detached.fetch_output(_head(record), record, follow=follow, on_output=stream)
-        if state.state != "running":
+        if state is not None and state.state != "running":
             current = jobs.load(record.id)  # settled meanwhile, here or by another mpictl
             current.extra["detached"]["fetched"] = True
             jobs.save(current)
             write_rank_files(current)
-    elif follow and record.status == jobs.RUNNING:
-        _follow_local(record, printed, stream)
-        record = jobs.load(record.id)
+    busy = detached.is_detached(record) and state is None  # another mpictl is fetching it
+    if follow and record.status == jobs.RUNNING and (busy or not detached.is_detached(record)):
+        _follow_local(record, printed, stream)  # what the process that holds the job appends
     if rank is not None:
-        out(ranks.of_rank(_output(record), rank, record.ranks))
+        out(ranks.of_rank(_output(jobs.load(record.id)), rank, record.ranks))
     record = jobs.load(record.id)
-    return None if record.status == jobs.RUNNING else record.exit_code
+    if record.status == jobs.RUNNING:
+        return None
+    code = record.exit_code if record.exit_code is not None else 1
+    return code if code >= 0 else 1  # a lost job: its exit code was never known
 
 
 def _follow_local(record: jobs.JobRecord, offset: int, out: Printer | None) -> None:
@@ -124,6 +133,7 @@ def cancel(job_id: str) -> dict[str, Any]:
         raise UsageError(f"job {record.id} is not running (status {record.status}{code})")
     if detached.is_detached(record):
         report = detached.cancel(_head(record), record, _hosts(record))
+        record = jobs.load(record.id)  # settled by the cancel (or by the job's own end)
         write_rank_files(record)
         return {"job": record.id, "status": record.status, "cleanup": _summary(report)}
     return _cancel_attached(record)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mpictl import paths, programs, settings
-from mpictl.errors import JobError
+from mpictl.errors import InventoryError, JobError
 from mpictl.inventory import Cluster, Node
 
 FANOUT = "fanout.py"
@@ -39,6 +40,8 @@ class HeadSSH:
     @classmethod
     def for_cluster(cls, cluster: Cluster, key: Path | None = None) -> HeadSSH:
         key = key or cluster_key()
+        if shutil.which("ssh") is None:
+            raise JobError("ssh is not installed on this machine (apt-get install openssh-client)")
         if not key.is_file():
             raise JobError(
                 f"cluster key {key} not found: run `mpictl provision -i {cluster.source}` first "
@@ -71,8 +74,20 @@ class HeadSSH:
             "ServerAliveCountMax=12",
             "-o",
             "LogLevel=INFO",
-            *shlex.split(self.node.ssh_common_args),
+            # pinned host keys only, whatever ~/.ssh/config says (ssh keeps the first value)
+            "-o",
+            "StrictHostKeyChecking=yes",
+            *self._common_args(),
         ]
+
+    def _common_args(self) -> list[str]:
+        try:
+            return shlex.split(self.node.ssh_common_args)
+        except ValueError as exc:
+            raise InventoryError(
+                f"{self.node.name}: ansible_ssh_common_args does not parse ({exc}): "
+                f"{self.node.ssh_common_args!r}"
+            ) from None
 
     @property
     def host(self) -> str:
@@ -116,7 +131,7 @@ class HeadSSH:
         """Raise a JobError naming the head when it cannot be logged in to."""
         proc = self.run("true", timeout=30)
         if proc.returncode != 0:
-            detail = _last_line(proc.stderr) or f"ssh exit {proc.returncode}"
+            detail = last_line(proc.stderr) or f"ssh exit {proc.returncode}"
             raise JobError(
                 f"{self.node.name}: cannot ssh to the head node as {self.user} "
                 f"({detail}); fix: check that the node is up and run `mpictl provision`"
@@ -136,7 +151,7 @@ class NodeOutput:
 
     @property
     def error(self) -> str:
-        return _last_line(self.stderr) or _last_line(self.stdout) or f"exit {self.rc}"
+        return last_line(self.stderr) or last_line(self.stdout) or f"exit {self.rc}"
 
 
 def run_on_nodes(
@@ -165,7 +180,7 @@ def run_on_nodes(
     if proc.returncode != 0:
         raise JobError(
             f"{head.node.name}: could not run commands from the head node as {head.user}: "
-            f"{_last_line(proc.stderr) or proc.returncode}"
+            f"{last_line(proc.stderr) or proc.returncode}"
         )
     out: dict[str, NodeOutput] = {}
     for rec in json_lines(proc.stdout):
@@ -175,7 +190,8 @@ def run_on_nodes(
     return out
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text`` (what a failed command said last), stripped."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from mpictl import programs, remote, submit
 from mpictl import settings as cluster_settings
-from mpictl.errors import UsageError
+from mpictl.errors import Interrupted, UsageError
 from mpictl.executor import OutputHandler
 from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions, LaunchPlan
@@ -280,6 +280,8 @@ def run_smoke(
             on_output=on_output,
         )
         report.job_ids.append(result.job_id)
+        if result.status == "interrupted":
+            raise Interrupted(f"smoke interrupted (job {result.job_id})", result.exit_code)
         output = record.output_path.read_text(errors="replace")
         parsed = parse_results(output, name)
         report.results += complete(name, expected, parsed, output, result.exit_code, names)

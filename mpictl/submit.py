@@ -11,6 +11,7 @@ registers in :data:`LAUNCHERS`; the planner and the callers stay as they are.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,10 +67,15 @@ class MpirunLauncher:
 
     def plan(self, cluster: Cluster, options: LaunchOptions, job_id: str) -> LaunchPlan:
         settings = cluster_settings.for_cluster(cluster)
-        return planner.plan(cluster, options, job_id, network.derive_network(cluster), settings)
+        nodes = planner.select_nodes(cluster, options.hosts)  # the job's network, not the cluster's
+        net = network.derive_network(cluster, nodes)
+        return planner.plan(cluster, options, job_id, net, settings)
 
     def prepare(self, cluster: Cluster) -> remote.HeadSSH:
-        self._head = self._head or remote.HeadSSH.for_cluster(cluster)  # the cluster key exists
+        if self._head is None:  # the cluster key exists and the head answers, before any record
+            head = remote.HeadSSH.for_cluster(cluster)
+            head.check_reachable()
+            self._head = head
         return self._head
 
     def execute(
@@ -129,7 +135,7 @@ def create_record(
         plan.job_id,
         command=list(command if command is not None else plan.command),
         launch_line=plan.display,
-        inventory=str(cluster.source),
+        inventory=str(Path(cluster.source).resolve()),  # `jobs ...` may run from elsewhere
         head=cluster.head.name,
         hosts=plan.hosts,
         ranks=plan.ranks,
@@ -154,7 +160,7 @@ def _prepare(
     head = via.prepare(cluster)
     extra = dict(request.extra)
     if request.output_dir is not None:
-        extra["output_dir"] = str(request.output_dir.resolve())
+        extra["output_dir"] = str(_writable_dir(request.output_dir))
     if selection is not None:
         report = transfer.sync(head, selection, [h for h, _ in plan.hosts])
         if on_sync is not None:
@@ -162,6 +168,17 @@ def _prepare(
         extra["workdir"] = report.to_json()
         plan = via.plan(cluster, dataclasses.replace(options, wdir=report.path), job_id)
     return plan, create_record(cluster, plan, options.command, extra)
+
+
+def _writable_dir(path: Path) -> Path:
+    """``--output-dir``, created now: a path that cannot hold the files is refused up front."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output-dir {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--output-dir {path}: not writable")
+    return path.resolve()
 
 
 def submit(

@@ -69,11 +69,6 @@ class SyncReport:
         return {**asdict(self), "moved_content": self.moved_content}
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def _rsync_reason(text: str) -> str:
     """Why rsync failed: its first line that is not its own closing summary ("rsync error: ...
     (code 12)" says only that the connection closed; ssh's reason comes before it)."""
@@ -121,7 +116,7 @@ def spread(
     if proc.returncode != 0 or data is None:
         raise JobError(
             f"{head.node.name}: spreading the workdir from the head failed: "
-            f"{_last_line(proc.stderr) or proc.returncode}"
+            f"{remote.last_line(proc.stderr) or proc.returncode}"
         )
     records = []
     failed = []

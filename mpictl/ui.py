@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from mpictl.runner import RESULT_EVENTS, RunResult
 
@@ -129,7 +130,7 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], **kwargs: Any)
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(str(cell)) for cell in row))  # [host] in a cell is text, not markup
     return table
 
 

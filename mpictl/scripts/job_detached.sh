@@ -7,7 +7,7 @@
 # JOB_DIR (relative to the home directory) holds output.log (everything the job prints), pid (the
 # job's session leader, whose process group is the job) and, once mpirun has ended, exit_code.
 # The job runs in a session of its own: a transient systemd user unit where the MPI user has a
-# systemd manager, else setsid; stdin, stdout and stderr are away from this SSH session, so
+# lingering systemd manager (loginctl enable-linger), else setsid; stdin, stdout and stderr are away from this SSH session, so
 # neither its end nor the controller's reaches the job.
 #   start   prints "started PID SUPERVISOR" once mpirun runs ("ended RC" if it already ended)
 #   logs    prints output.log from byte OFFSET (following it until the job ends with "follow"),
@@ -45,11 +45,15 @@ start() {
   job='dir=$1; shift; mpirun "$@" </dev/null >>"$dir/output.log" 2>&1; rc=$?
 echo "$rc" >"$dir/exit_code.tmp" && mv -f "$dir/exit_code.tmp" "$dir/exit_code"'
   runtime=${XDG_RUNTIME_DIR:-/run/user/$(id -u)}
-  if command -v systemd-run >/dev/null 2>&1 && [ -S "$runtime/systemd/private" ]; then
+  # A user manager outlives this SSH session only when the user lingers; without linger it
+  # stops (with its units) when the last session ends, so setsid is the safer supervisor then.
+  if command -v systemd-run >/dev/null 2>&1 && [ -S "$runtime/systemd/private" ] &&
+    [ "$(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)" = yes ]; then
     supervisor=systemd
     unit="mpictl-job-$(basename "$dir")"
     XDG_RUNTIME_DIR=$runtime systemd-run --user --quiet --collect --unit "$unit" \
       -p KillMode=control-group --working-directory "$HOME" \
+      --setenv=PATH="$PATH" --setenv=LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" \
       bash -c "$job" mpictl-job "$dir" "$@" || exit 1
     pid=$(XDG_RUNTIME_DIR=$runtime systemctl --user show -p MainPID --value "$unit")
   else
