@@ -158,7 +158,9 @@ def main() -> None:
         from_runs(*args.from_runs)
         return
 
-    shared_cache = os.environ.get("MPICTL_CACHE_DIR") or str(ROOT / ".mpictl" / "cache")
+    from mpictl import paths
+
+    shared_cache = str(paths.cache_dir())  # MPICTL_CACHE_DIR, else ~/.cache/mpictl
     out = subprocess.run(
         ["bash", str(ROOT / "scripts" / "fetch-test-sources.sh"), f"{shared_cache}/sources"],
         capture_output=True,

@@ -126,6 +126,18 @@ def test_the_installed_tool_runs_the_whole_path(
         run = installed.ok("run", "-i", str(inv), "-np", "3", "--", "hostname")
         hosts = {line.split(": ", 1)[-1] for line in run.stdout.splitlines() if line.strip()}
         assert len(hosts) == 3, run.stdout
+        # --workdir from the install (its ignore rules come from the installed dependencies)
+        code = installed.work / "code"
+        code.mkdir()
+        (code / "hello.txt").write_text("from the controller\n")
+        (code / "skip.log").write_text("left behind\n")
+        (code / ".mpictlignore").write_text("*.log\n")
+        synced = installed.ok(
+            "run", "-i", str(inv), "-np", "3", "--workdir", str(code), "--", "sh", "-c",
+            "cat hello.txt; ls skip.log 2>/dev/null || echo no-log",
+        )  # fmt: skip
+        said = [line.split(": ", 1)[-1] for line in synced.stdout.splitlines()]
+        assert sorted(said) == ["from the controller"] * 3 + ["no-log"] * 3, synced.stdout
         doctor = json.loads(installed.mpictl("doctor", "-i", str(inv), "--json").stdout)
         assert doctor["ok"], [c for c in doctor["checks"] if c["result"] != "ok"]
         assert (state / "jobs").is_dir() and (state / "cluster_ssh" / "id_ed25519").is_file()
