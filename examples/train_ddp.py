@@ -4,8 +4,8 @@
 
 ``--torch`` gives every rank RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, which
 ``init_process_group(init_method="env://")`` reads; ``--workdir examples`` puts this file on every
-node. The data are synthetic (images whose class is a fixed linear function of their pixels, so
-the model can learn it), each rank trains on its own shard, and DDP averages the gradients.
+node. The data are synthetic (noisy images whose class is where a brighter patch is), each rank
+trains on its own shard, and DDP averages the gradients.
 Rank 0 prints one JSON line per logged step: the loss averaged over all ranks.
 """
 
@@ -24,10 +24,13 @@ IMAGE = 16
 
 
 def synthetic_data(samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images and labels; the labelling rule is the same on every rank (seed 0)."""
-    pixels = torch.randn(samples, 1, IMAGE, IMAGE, generator=torch.Generator().manual_seed(seed))
-    rule = torch.randn(1, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0))
-    labels = ((pixels * rule).sum(dim=(1, 2, 3)) > 0).long()
+    """Noisy images with a bright patch: top-left for class 1, bottom-right for class 0."""
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 2, (samples,), generator=gen)
+    pixels = torch.randn(samples, 1, IMAGE, IMAGE, generator=gen)
+    patch = IMAGE // 3
+    pixels[labels == 1, :, :patch, :patch] += 1.0
+    pixels[labels == 0, :, -patch:, -patch:] += 1.0
     return pixels, labels
 
 
