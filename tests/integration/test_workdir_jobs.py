@@ -81,7 +81,7 @@ def test_workdir_reaches_every_node_without_ignored_files_or_outside_links(
     (work / "secret.log").write_text("not for the nodes\n")
     (work / ".mpictlignore").write_text("*.log\n")
     outside = tmp_path / "outside-target.txt"
-    outside.write_text("outside\n")
+    outside.write_text("TARGET-7f3a9c\n")  # a text no file of the tree holds
     (work / "outside").symlink_to(outside)
     args = ["run", "-i", str(inventory), "-np", "3", "--workdir", str(work), "--",
             "python3", "train.py"]  # fmt: skip
@@ -93,7 +93,7 @@ def test_workdir_reaches_every_node_without_ignored_files_or_outside_links(
     path = reports[0]["cwd"]
     assert {r["cwd"] for r in reports} == {path} and "/.mpictl/workdirs/project-" in path
     for node in cluster.nodes:  # nothing of what was left out, anywhere on the node
-        found = ssh_mpi(node, f"ls -A {path}; grep -rl outside {path} || true").stdout.split()
+        found = ssh_mpi(node, f"ls -A {path}; grep -rl TARGET-7f3a9c {path} || true").stdout.split()
         assert sorted(found) == [".mpictlignore", "data.txt", "train.py"], (node.name, found)
     meta = record(job_of(first.stderr))["extra"]["workdir"]
     assert meta["path"] == path and len(meta["digest"]) == 64 and meta["files"] == 3
