@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mpictl.inventory import Cluster, Node
 
@@ -40,3 +44,26 @@ def three(slots: int = 2) -> Cluster:
         node("node2", slots, facts=facts("10.0.0.12")),
         node("node3", slots, facts=facts("10.0.0.13")),
     )
+
+
+class Spawned(Exception):
+    """A process start that a test forbids (raised by :func:`forbid_processes`' spy)."""
+
+
+def forbid_processes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Make every way of starting a process raise :class:`Spawned`; the attempts, recorded."""
+    calls: list[object] = []
+
+    def spy(*args: object, **kwargs: object) -> None:
+        calls.append(args)
+        raise Spawned(repr(args)[:200])
+
+    for module, name in (
+        (subprocess, "Popen"),
+        (subprocess, "run"),
+        (os, "system"),
+        (os, "execvp"),
+        (os, "posix_spawn"),
+    ):
+        monkeypatch.setattr(module, name, spy)
+    return calls

@@ -4,19 +4,13 @@ process started (nothing reaches the head)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from mpictl import cli, jobs, paths, planner, submit
 from mpictl.inventory import load_inventory
-from tests.unit.jobside import three
-
-
-class Spawned(Exception):
-    """Raised by the spies: a process was about to start."""
+from tests.unit.jobside import forbid_processes, three
 
 
 @pytest.fixture
@@ -32,18 +26,7 @@ def inv(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def spawned(monkeypatch: pytest.MonkeyPatch, inv: Path) -> list[object]:
-    calls: list[object] = []
-
-    def spy(*args: object, **kwargs: object) -> None:
-        calls.append(args)
-        raise Spawned(repr(args)[:200])
-
-    monkeypatch.setattr(subprocess, "Popen", spy)
-    monkeypatch.setattr(subprocess, "run", spy)
-    monkeypatch.setattr(os, "system", spy)
-    monkeypatch.setattr(os, "execvp", spy)
-    monkeypatch.setattr(os, "posix_spawn", spy)
-    return calls
+    return forbid_processes(monkeypatch)
 
 
 def refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

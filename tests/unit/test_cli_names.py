@@ -3,24 +3,19 @@ one line on stderr and exit 2 before any process starts."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from mpictl import cli
 from mpictl.inventory import load_inventory
+from tests.unit.jobside import Spawned, forbid_processes
 
 BAD = {
     "name": '"a;touch /tmp/x": {mpi_slots: 1}',
     "mpi_address": 'a: {mpi_slots: 1, mpi_address: "x y"}',
     "ansible_host": 'a: {mpi_slots: 1, ansible_host: "h$(reboot)"}',
 }
-
-
-class Spawned(Exception):
-    """Raised by the spies: a process was about to start."""
 
 
 @pytest.fixture
@@ -33,18 +28,7 @@ def spawned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[object]:
     warm = tmp_path / "warm"
     warm.mkdir()
     load_inventory(inventory(warm, "w: {mpi_slots: 1}"))
-    calls: list[object] = []
-
-    def spy(*args: object, **kwargs: object) -> None:
-        calls.append(args)
-        raise Spawned(repr(args)[:200])
-
-    monkeypatch.setattr(subprocess, "Popen", spy)
-    monkeypatch.setattr(subprocess, "run", spy)
-    monkeypatch.setattr(os, "system", spy)
-    monkeypatch.setattr(os, "execvp", spy)
-    monkeypatch.setattr(os, "posix_spawn", spy)
-    return calls
+    return forbid_processes(monkeypatch)
 
 
 def inventory(tmp_path: Path, host: str) -> Path:
