@@ -212,23 +212,11 @@ def test_output_dir_that_is_a_file_is_refused_before_any_record(tmp_path: Path) 
     assert not paths.jobs_dir().exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
-def test_output_dir_under_a_read_only_dir_is_refused_before_any_record(tmp_path: Path) -> None:
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o555)
-    try:
-        with pytest.raises(errors.UsageError, match="--output-dir"):
-            _submit_with_output_dir(locked / "out")
-    finally:
-        locked.chmod(0o755)
-    assert not paths.jobs_dir().exists()
-
-
 def test_output_dir_not_writable_is_refused_before_any_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a read-only directory says even to root (its own test skips as root)."""
+    """A directory the user cannot write to (faked: root, who runs the tests here, writes
+    everywhere)."""
     locked = tmp_path / "locked"
     locked.mkdir()
     real = os.access
@@ -380,8 +368,7 @@ def test_horovod_download_loop_with_horovod_disabled_and_shared_keys(tmp_path: P
     playbook_bin = ROOT / ".venv" / "bin" / "ansible-playbook"
     if not playbook_bin.exists():
         found = shutil.which("ansible-playbook")
-        if found is None:
-            pytest.skip("needs ansible-playbook")
+        assert found is not None, "ansible-playbook (a dependency of mpictl) is not installed"
         playbook_bin = Path(found)
     role_tasks = yaml.safe_load((ROOT / "roles/horovod/tasks/preflight.yml").read_text())
     task = _find_task(role_tasks, DOWNLOAD_TASK)
