@@ -68,11 +68,16 @@ def site(
     group_vars = inv / "group_vars" / "mpi_nodes.yml"
     group_vars.write_text(group_vars.read_text() + yaml.safe_dump(SITE_VARS))
     extra = state / "vars.yml"
-    extra.write_text(yaml.safe_dump({**source_vars, "horovod_enabled": False}))
+    # NCCL and Horovod stay out; the CUDA mount as for the session's sandbox keeps OpenMPI's
+    # fingerprint the cached one (nothing compiles here).
+    extra.write_text(
+        yaml.safe_dump({**source_vars, "nccl_enabled": "false", "horovod_enabled": False})
+    )
     env = {**os.environ, "MPICTL_STATE_DIR": str(state)}
     s = Site(inv, env)
     s.mpictl("sandbox", "down", "-i", str(inv))
-    s.ok("sandbox", "up", "-i", str(inv), timeout=600)
+    cuda = ["--cuda"] if Path("/usr/local/cuda").is_dir() else []
+    s.ok("sandbox", "up", "-i", str(inv), *cuda, timeout=600)
     try:
         s.ok("provision", "-i", str(inv), "-e", f"@{extra}")
         yield s
