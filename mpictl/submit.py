@@ -4,8 +4,8 @@ A *launcher* turns options into a plan, executes a plan attached, or starts it d
 :func:`submit` and :func:`submit_detached` are the sequence around it (plan → the workdir on
 every node → job record → execute or start) that every caller shares. The mpirun launcher plans
 with :mod:`mpictl.planner`, executes with :mod:`mpictl.executor` and starts detached jobs with
-:mod:`mpictl.detached`. A second launcher (Slurm's sbatch/srun) implements :class:`Launcher` and
-registers in :data:`LAUNCHERS`; the planner and the callers stay as they are.
+:mod:`mpictl.detached`. A second launcher (Slurm's sbatch/srun) implements :class:`Launcher`
+and is passed as ``via``; the planner and the callers stay as they are.
 """
 
 from __future__ import annotations
@@ -92,17 +92,6 @@ class MpirunLauncher:
 
     def start(self, cluster: Cluster, plan: LaunchPlan, record: jobs.JobRecord) -> jobs.JobRecord:
         return detached.start(self.prepare(cluster), plan, record)
-
-
-LAUNCHERS: dict[str, Callable[..., Launcher]] = {"mpirun": MpirunLauncher}
-
-
-def launcher(name: str, **kwargs: Any) -> Launcher:
-    """The launcher called ``name``; UsageError naming the valid ones otherwise."""
-    factory = LAUNCHERS.get(name)
-    if factory is None:
-        raise UsageError(f"unknown launcher '{name}' (choose from {', '.join(LAUNCHERS)})")
-    return factory(**kwargs)
 
 
 @dataclass(frozen=True)
