@@ -73,6 +73,11 @@ def main() -> None:
             print(json.dumps(record), flush=True)
     if rank == 0:
         print(json.dumps({"done": True, "seconds": round(time.perf_counter() - started, 3)}))
+    # Every rank is done before any leaves; the store the ranks share lives in rank 0, so rank 0
+    # leaves last (a rank whose store went away first can abort at exit).
+    dist.barrier()
+    if rank == 0:
+        time.sleep(1.0)
     dist.destroy_process_group()
 
 
