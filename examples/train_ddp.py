@@ -44,12 +44,17 @@ def small_cnn() -> nn.Module:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str) -> argparse.Namespace:
+    """The options both examples take."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0])
 
     torch.set_num_threads(1)  # ranks share the node's cores
     dist.init_process_group("gloo", init_method="env://")

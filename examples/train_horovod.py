@@ -9,21 +9,16 @@ step with the loss averaged over all ranks.
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import horovod.torch as hvd
 import torch
 from torch import nn
-from train_ddp import small_cnn, synthetic_data
+from train_ddp import arguments, small_cnn, synthetic_data
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.05)
-    args = parser.parse_args()
+    args = arguments(__doc__.splitlines()[0])
 
     torch.set_num_threads(1)
     hvd.init()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from mpictl import executor, jobs, programs, remote
-from mpictl.errors import JobError, UsageError
+from mpictl.errors import JobError
 from mpictl.planner import LaunchPlan
 
 SCRIPT = "job_detached.sh"
@@ -196,10 +196,7 @@ def cancel(
 ) -> executor.CleanupReport:
     """End a running detached job on every node; the record says cancelled."""
     if record.status != jobs.RUNNING:
-        raise UsageError(
-            f"job {record.id} is not running (status {record.status}"
-            + (f", exit code {record.exit_code})" if record.exit_code is not None else ")")
-        )
+        raise jobs.not_running(record)
     directory = record.extra["detached"]["dir"]
     proc = head.run(_command("cancel", directory), timeout=60)
     if proc.returncode != 0:

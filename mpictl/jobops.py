@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mpictl import detached, jobs, ranks, remote
-from mpictl.errors import JobError, UsageError
+from mpictl.errors import JobError
 from mpictl.executor import CleanupReport
 from mpictl.inventory import load_inventory
 
@@ -129,8 +129,7 @@ def cancel(job_id: str) -> dict[str, Any]:
     if record.status == jobs.RUNNING and detached.is_detached(record):
         record = refresh([record])[0][0]  # ended on its head by itself: settled, not cancelled
     if record.status != jobs.RUNNING:
-        code = f", exit code {record.exit_code}" if record.exit_code is not None else ""
-        raise UsageError(f"job {record.id} is not running (status {record.status}{code})")
+        raise jobs.not_running(record)
     if detached.is_detached(record):
         report = detached.cancel(_head(record), record, _hosts(record))
         record = jobs.load(record.id)  # settled by the cancel (or by the job's own end)

@@ -99,6 +99,12 @@ def status_of(exit_code: int) -> str:
     return SUCCEEDED if exit_code == 0 else FAILED
 
 
+def not_running(record: JobRecord) -> UsageError:
+    """The error for acting on a job that has ended (its status and exit code named)."""
+    code = f", exit code {record.exit_code}" if record.exit_code is not None else ""
+    return UsageError(f"job {record.id} is not running (status {record.status}{code})")
+
+
 def save(record: JobRecord) -> None:
     """Write ``record`` (atomically: readers never see half a record)."""
     _write(record)
