@@ -63,8 +63,8 @@ from mpictl.sandbox.podman import (
 )
 from mpictl.sandbox.spec import SandboxNode, SandboxSpec, read_sandbox, spec_from_vars
 from mpictl.sandbox.ssh import (
-    HOSTKEY_WAIT_S,
-    HOSTKEYS_READY,
+    NODE_BOOT_WAIT_S,
+    NODE_READY,
     SSH_WAIT_S,
     ensure_key,
     known_hosts_lines,
@@ -75,8 +75,8 @@ from mpictl.sandbox.ssh import (
 __all__ = [
     "BUILD_TIMEOUT_S",
     "CUDA_PATH",
-    "HOSTKEYS_READY",
-    "HOSTKEY_WAIT_S",
+    "NODE_READY",
+    "NODE_BOOT_WAIT_S",
     "IMAGE_REPO",
     "LABEL_CONFIG",
     "LABEL_NODE",

@@ -68,6 +68,10 @@ def node_run_args(
         "SYS_PTRACE",
         "--cap-add",
         "NET_RAW",
+        # systemd is PID 1 (the image's entrypoint is /sbin/init), as on a real machine: podman
+        # mounts the tmpfs and cgroup fs it needs and stops the node with SIGRTMIN+3.
+        "--systemd",
+        "always",
         *runtime.run_args,
     ]
     for other in spec.nodes:

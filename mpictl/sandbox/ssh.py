@@ -20,9 +20,10 @@ from mpictl.sandbox.host import Runtime
 from mpictl.sandbox.podman import last_line
 from mpictl.sandbox.spec import SandboxNode, SandboxSpec
 
-#: Created in a node once its SSH host keys exist (see ``mpictl/data/sandbox/``).
-HOSTKEYS_READY = "/run/mpictl-hostkeys-ready"
-HOSTKEY_WAIT_S = 30
+#: Created in a node by its ssh.service once sshd runs with the node's own host keys (systemd
+#: boots the node; see ``mpictl/data/sandbox/``).
+NODE_READY = "/run/mpictl-node-ready"
+NODE_BOOT_WAIT_S = 60
 SSH_WAIT_S = 60.0
 
 
@@ -111,13 +112,13 @@ def authorize_and_read_host_keys(container: str, runtime: Runtime, pubkey: str) 
             "-c",
             programs.source(NODE_SETUP),
             "sandbox-setup",
-            HOSTKEYS_READY,
-            str(HOSTKEY_WAIT_S * 10),
+            NODE_READY,
+            str(NODE_BOOT_WAIT_S * 10),
         ],
         runtime=runtime,
         stdin=pubkey.strip() + "\n",
         what=f"setting up SSH on {container}",
-        timeout=HOSTKEY_WAIT_S + 30,
+        timeout=NODE_BOOT_WAIT_S + 30,
     )
     return proc.stdout
 

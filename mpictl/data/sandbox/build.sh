@@ -1,6 +1,6 @@
 #!/bin/sh
 # Build the mpictl sandbox node image without any registry: debootstrap Debian bookworm
-# (minbase + ./packages) into a temporary root, add the node's sshd/entrypoint configuration,
+# (minbase + ./packages) into a temporary root, add the node's sshd and systemd configuration,
 # and `podman import` it under TAG. Needs root (debootstrap). Usage: build.sh TAG MIRROR_URI
 # `mpictl sandbox up` computes TAG from the content of this directory and passes the Debian
 # mirror it found in the host's apt configuration.
@@ -15,15 +15,24 @@ trap 'rm -rf "$root"' EXIT INT TERM
 
 debootstrap --variant=minbase --components=main --include="$include" bookworm "$root" "$mirror"
 
-install -m 0755 "$here/entrypoint.sh" "$root/usr/local/sbin/mpictl-node-entrypoint"
 install -m 0644 "$here/sshd_config" "$root/etc/ssh/sshd_config.d/mpictl.conf"
-# No init system runs in a node: package installs must not try to start daemons.
-printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
-chmod 0755 "$root/usr/sbin/policy-rc.d"
+# systemd is PID 1, as on a real machine: sshd is its ssh.service, after a oneshot unit that
+# generates this node's host keys at first boot; roles start services with systemctl.
+install -m 0755 "$here/hostkeys.sh" "$root/usr/local/sbin/mpictl-node-hostkeys"
+install -m 0644 "$here/mpictl-hostkeys.service" "$root/etc/systemd/system/mpictl-hostkeys.service"
+install -d "$root/etc/systemd/system/ssh.service.d"
+install -m 0644 "$here/ssh-override.conf" "$root/etc/systemd/system/ssh.service.d/mpictl.conf"
+install -d "$root/etc/systemd/system/multi-user.target.wants"
+ln -sf /etc/systemd/system/mpictl-hostkeys.service \
+    "$root/etc/systemd/system/multi-user.target.wants/mpictl-hostkeys.service"
+# apt's daily timers would take the dpkg lock at random while a role installs packages.
+for unit in apt-daily.timer apt-daily-upgrade.timer; do
+    ln -sf /dev/null "$root/etc/systemd/system/$unit"
+done
 # pam_loginuid needs CAP_AUDIT_CONTROL, which containers lack; required, it refuses logins.
 sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' \
     "$root/etc/pam.d/sshd"
-# Each node generates its own host keys at first start (entrypoint.sh).
+# Each node generates its own host keys at first boot (hostkeys.sh).
 rm -f "$root"/etc/ssh/ssh_host_*
 # Stale package lists would point at superseded versions; nodes run apt-get update.
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
@@ -31,7 +40,8 @@ rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 
 tar --numeric-owner --xattrs --xattrs-include='*' -C "$root" -cf - . |
     podman import \
-        --change 'ENTRYPOINT ["/usr/bin/catatonit", "--", "/usr/local/sbin/mpictl-node-entrypoint"]' \
+        --change 'ENTRYPOINT ["/sbin/init"]' \
+        --change 'STOPSIGNAL SIGRTMIN+3' \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'ENV LANG=C.UTF-8' \
         --change 'LABEL io.mpictl.image=node' \
