@@ -220,7 +220,13 @@ def test_recipe_hash_follows_content(tmp_path: Path) -> None:
 
 def test_shipped_recipe_is_complete() -> None:
     names = {p.name for p in sandbox.RECIPE_DIR.iterdir()}
-    assert {"build.sh", "hostkeys.sh", "mpictl-hostkeys.service", "packages", "sshd_config"} <= names
+    assert {
+        "build.sh",
+        "hostkeys.sh",
+        "mpictl-hostkeys.service",
+        "packages",
+        "sshd_config",
+    } <= names
     packages = (sandbox.RECIPE_DIR / "packages").read_text().split()
     assert {"openssh-server", "python3", "systemd-sysv", "sudo"} <= set(packages)
     build = (sandbox.RECIPE_DIR / "build.sh").read_text()
