@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from mpictl import __version__, cli_jobs
-from mpictl.cli_options import InventoryOpt, JsonOpt, echo_stream, inventory_path
+from mpictl.cli_options import InventoryOpt, JsonOpt, LauncherOpt, echo_stream, inventory_path
 from mpictl.errors import MpictlError, ProvisionError, UsageError
 
 app = typer.Typer(
@@ -232,6 +232,7 @@ def smoke(
     as_json: JsonOpt = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream mpirun output.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds per suite.")] = 300.0,
+    launcher: LauncherOpt = "mpirun",
 ) -> None:
     """Verify point-to-point and collectives (and Horovod) across nodes."""
     import json
@@ -243,6 +244,10 @@ def smoke(
 
     if suite not in smoke_mod.SUITES:
         raise UsageError(f"unknown suite '{suite}' (choose from {', '.join(smoke_mod.SUITES)})")
+    from mpictl.submit import LAUNCHERS
+
+    if launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
     cluster = load_inventory(inventory_path(inventory))
 
     def announce(name: str, plan: object) -> None:
@@ -252,6 +257,7 @@ def smoke(
         cluster,
         suite,
         timeout=timeout,
+        launcher=launcher,
         on_output=echo_stream if verbose else None,
         on_suite=None if as_json else announce,
     )

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from mpictl.cli_options import InventoryOpt, JsonOpt, echo_stream, inventory_path
+from mpictl.cli_options import InventoryOpt, JsonOpt, LauncherOpt, echo_stream, inventory_path
 
 jobs_app = typer.Typer(help="Jobs of `mpictl run`: list, show, logs, cancel.", no_args_is_help=True)
 JobIdArg = Annotated[str, typer.Argument(help="Job id (a unique prefix is enough).")]
@@ -74,8 +74,9 @@ def run(
         Path | None,
         typer.Option("--output-dir", help="Each rank's stdout/stderr in DIR/rank.N/ (at the end)."),
     ] = None,
+    launcher: LauncherOpt = "mpirun",
 ) -> None:
-    """Run CMD with mpirun on the head node as the MPI user (mpictl run -- CMD...)."""
+    """Run CMD with mpirun on the head node, or through Slurm (mpictl run -- CMD...)."""
     from mpictl import submit
     from mpictl import workdir as workdir_mod
     from mpictl.errors import UsageError
@@ -84,6 +85,7 @@ def run(
 
     if exclude and workdir is None:
         raise UsageError("--exclude applies to --workdir")
+    via = submit.launcher(launcher)
     cluster = load_inventory(inventory_path(inventory))
     options = LaunchOptions(
         command=command,
@@ -107,7 +109,8 @@ def run(
     )
 
     def announce(plan: LaunchPlan, record: object) -> None:
-        _note(f"job {plan.job_id} on {cluster.head.name}: {plan.display}")
+        where = "Slurm, submitted on " if plan.launcher == "slurm" else ""
+        _note(f"job {plan.job_id} on {where}{cluster.head.name}: {plan.display}")
         if plan.network is None:
             _note(
                 "note: no network shared by the job's nodes is known from the fact cache, "
@@ -128,13 +131,19 @@ def run(
 
     if detach:
         record = submit.submit_detached(
-            cluster, options, request=request, on_plan=announce, on_sync=synced
+            cluster, options, via=via, request=request, on_plan=announce, on_sync=synced
         )
         typer.echo(record.id)
         _note(f"follow: mpictl jobs logs -f {record.id}; end: mpictl jobs cancel {record.id}")
         return
     result, _ = submit.submit(
-        cluster, options, request=request, on_output=echo_stream, on_plan=announce, on_sync=synced
+        cluster,
+        options,
+        via=via,
+        request=request,
+        on_output=echo_stream,
+        on_plan=announce,
+        on_sync=synced,
     )
     if result.exit_code != 0:
         _note(

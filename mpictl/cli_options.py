@@ -20,6 +20,13 @@ InventoryOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+LauncherOpt = Annotated[
+    str,
+    typer.Option(
+        "--launcher",
+        help="mpirun (on the head, the hostfile's nodes) or slurm (sbatch + srun --mpi=pmix).",
+    ),
+]
 
 
 def inventory_path(value: Path | None) -> Path:

@@ -124,14 +124,14 @@ def fetch_output(
     the job until it ends with ``follow``), then settle the record. Ctrl-C while following
     stops following; the job runs on. One fetch at a time per job appends (a lock in the
     record's directory): another one meanwhile returns None and the record's output as is."""
-    with _fetch_lock(record) as locked:
+    with fetch_lock(record) as locked:
         if not locked:
             return None
         return _fetch(head, record, follow=follow, on_output=on_output)
 
 
 @contextlib.contextmanager
-def _fetch_lock(record: jobs.JobRecord) -> Iterator[bool]:
+def fetch_lock(record: jobs.JobRecord) -> Iterator[bool]:
     record.directory.mkdir(parents=True, exist_ok=True)
     with (record.directory / "fetch.lock").open("w") as fh:
         try:

@@ -67,7 +67,7 @@ class _Ended(Exception):
         self.signum = signum
 
 
-class _EndingSignals:
+class EndingSignals:
     """While armed, SIGTERM/SIGHUP raise :class:`_Ended` and SIGINT KeyboardInterrupt; once
     disarmed all three are only noted, so ending the job, the cleanup and the record are never
     cut short (a second Ctrl-C included). The previous handlers come back on exit. Outside the
@@ -84,7 +84,7 @@ class _EndingSignals:
                 raise KeyboardInterrupt
             raise _Ended(signum)
 
-    def __enter__(self) -> _EndingSignals:
+    def __enter__(self) -> EndingSignals:
         if threading.current_thread() is threading.main_thread():
             # SIGINT too: a second Ctrl-C during the teardown must not skip the cleanup
             watched = (signal.SIGINT, *ENDING_SIGNALS)
@@ -134,12 +134,13 @@ def _pump(stream: Any, name: str, sink: Callable[[str, str], None]) -> None:
     stream.close()
 
 
-def _wait(
-    proc: subprocess.Popen[bytes], timeout: float | None, started: float, signals: _EndingSignals
+def wait_until(
+    alive: Callable[[], bool], timeout: float | None, started: float, signals: EndingSignals
 ) -> tuple[str, int]:
-    """Wait for the session; ("", 0) when it ended by itself, else why it must be ended."""
+    """Wait while ``alive()``; ("", 0) when it ended by itself, else why the job must be ended
+    (``timeout`` seconds after ``started``, Ctrl-C, SIGTERM, SIGHUP) and the exit code."""
     try:
-        while proc.poll() is None:
+        while alive():
             if timeout is not None and time.monotonic() - started > timeout:
                 return "timeout", TIMEOUT_EXIT
             time.sleep(0.1)
@@ -187,8 +188,8 @@ def execute(
     ]
     for t in threads:
         t.start()
-    with _EndingSignals() as signals:
-        status, exit_code = _wait(proc, timeout, started, signals)
+    with EndingSignals() as signals:
+        status, exit_code = wait_until(lambda: proc.poll() is None, timeout, started, signals)
         if status:
             sink("stderr", f"mpictl: {status}: ending job {plan.job_id} on every node\n")
             _hang_up(proc)

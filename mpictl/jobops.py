@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mpictl import detached, jobs, ranks, remote
+from mpictl import detached, jobs, ranks, remote, slurm
 from mpictl.errors import JobError
 from mpictl.executor import CleanupReport
 from mpictl.inventory import load_inventory
@@ -38,11 +38,15 @@ def write_rank_files(record: jobs.JobRecord) -> None:
     directory = record.extra.get("output_dir")
     if directory and record.status != jobs.RUNNING and record.output_path.exists():
         try:
-            ranks.write_dir(_output(record), Path(directory), record.ranks)
+            ranks.write_dir(_output(record), Path(directory), record.ranks, _launcher(record))
         except OSError as exc:  # checked writable at submit; the job's result still stands
             current = jobs.load(record.id)
             current.extra["output_dir_error"] = f"{directory}: {exc.strerror}"
             jobs.save(current)
+
+
+def _launcher(record: jobs.JobRecord) -> str:
+    return "slurm" if slurm.is_slurm(record) else "mpirun"
 
 
 def _output(record: jobs.JobRecord) -> str:
@@ -53,32 +57,46 @@ def _output(record: jobs.JobRecord) -> str:
 
 
 def refresh(records: list[jobs.JobRecord]) -> tuple[list[jobs.JobRecord], list[str]]:
-    """``records`` with every running detached job settled from its head's state; notes for
-    heads that could not be asked (their jobs stay as recorded)."""
+    """``records`` with every running detached or Slurm job settled from its head's state;
+    notes for heads that could not be asked (their jobs stay as recorded)."""
     by_inventory: dict[str, list[jobs.JobRecord]] = {}
     for record in records:
-        if record.status == jobs.RUNNING and detached.is_detached(record):
+        if record.status == jobs.RUNNING and _remote(record):
             by_inventory.setdefault(record.inventory, []).append(record)
     notes = []
     settled: dict[str, jobs.JobRecord] = {}
     for inventory, group in by_inventory.items():
         try:
-            states = detached.states(_head(group[0]), group)
+            settled.update(_settle_group(_head(group[0]), group))
         except Exception as exc:  # noqa: BLE001 - one unreachable head must not hide the list
             notes.append(f"{inventory}: could not ask the head ({exc})")
-            continue
-        for record in group:
-            if record.id in states:
-                settled[record.id] = detached.settle(record, states[record.id])
-                write_rank_files(settled[record.id])
     records = [settled.get(r.id, r) for r in records]
     return records, notes
+
+
+def _remote(record: jobs.JobRecord) -> bool:
+    """Whether the job lives on the cluster (detached on its head, or in Slurm)."""
+    return detached.is_detached(record) or slurm.is_slurm(record)
+
+
+def _settle_group(head: remote.HeadSSH, group: list[jobs.JobRecord]) -> dict[str, jobs.JobRecord]:
+    settled = {}
+    on_head = [r for r in group if detached.is_detached(r)]
+    for job_id, state in detached.states(head, on_head).items():
+        settled[job_id] = detached.settle(jobs.load(job_id), state)
+    in_slurm = [r for r in group if slurm.is_slurm(r)]
+    for job_id, sstate in slurm.states(head, in_slurm).items():
+        settled[job_id] = slurm.settle(jobs.load(job_id), sstate)
+    for record in settled.values():
+        write_rank_files(record)
+    return settled
 
 
 def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Printer) -> int | None:
     """Print a job's output (``rank``: that rank's only); with ``follow``, until the job ends.
     The job's exit code when it has ended, else None."""
     record = jobs.load(job_id)
+    launcher = _launcher(record)
     if rank is not None:
         ranks.of_rank("", rank, record.ranks)  # a rank the job did not have: refused up front
     printed = 0
@@ -95,16 +113,31 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
             current.extra["detached"]["fetched"] = True
             jobs.save(current)
             write_rank_files(current)
-    busy = detached.is_detached(record) and state is None  # another mpictl is fetching it
-    if follow and record.status == jobs.RUNNING and (busy or not detached.is_detached(record)):
+    if slurm.is_slurm(record) and not record.extra["slurm"].get("fetched"):
+        state = _fetch_slurm(record, follow=follow, out=stream)
+    busy = _remote(record) and state is None  # another mpictl is fetching it
+    if follow and record.status == jobs.RUNNING and (busy or not _remote(record)):
         _follow_local(record, printed, stream)  # what the process that holds the job appends
     if rank is not None:
-        out(ranks.of_rank(_output(jobs.load(record.id)), rank, record.ranks))
+        out(ranks.of_rank(_output(jobs.load(record.id)), rank, record.ranks, launcher=launcher))
     record = jobs.load(record.id)
     if record.status == jobs.RUNNING:
         return None
     code = record.exit_code if record.exit_code is not None else 1
     return code if code >= 0 else 1  # a lost job: its exit code was never known
+
+
+def _fetch_slurm(record: jobs.JobRecord, *, follow: bool, out: Printer | None) -> object:
+    """The Slurm job's output from its batch host (None when another mpictl is fetching it)."""
+    if "id" not in record.extra["slurm"]:
+        return None
+    state = slurm.fetch_output(_head(record), record, follow=follow, on_output=out)
+    if state is not None and state.ended:
+        current = jobs.load(record.id)
+        current.extra["slurm"]["fetched"] = True
+        jobs.save(current)
+        write_rank_files(current)
+    return state
 
 
 def _follow_local(record: jobs.JobRecord, offset: int, out: Printer | None) -> None:
@@ -126,10 +159,19 @@ def _follow_local(record: jobs.JobRecord, offset: int, out: Printer | None) -> N
 def cancel(job_id: str) -> dict[str, Any]:
     """End a running job on every node; what happened, for the CLI to print."""
     record = jobs.load(job_id)
-    if record.status == jobs.RUNNING and detached.is_detached(record):
-        record = refresh([record])[0][0]  # ended on its head by itself: settled, not cancelled
+    if record.status == jobs.RUNNING and _remote(record):
+        record = refresh([record])[0][0]  # ended by itself: settled, not cancelled
     if record.status != jobs.RUNNING:
         raise jobs.not_running(record)
+    if slurm.is_slurm(record) and "id" in record.extra["slurm"]:
+        state = slurm.cancel(_head(record), record)
+        record = jobs.load(record.id)
+        write_rank_files(record)
+        return {
+            "job": record.id,
+            "status": record.status,
+            "cleanup": f"scancel (Slurm: {state.state})",
+        }
     if detached.is_detached(record):
         report = detached.cancel(_head(record), record, _hosts(record))
         record = jobs.load(record.id)  # settled by the cancel (or by the job's own end)

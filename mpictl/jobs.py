@@ -156,11 +156,12 @@ def finish(record: JobRecord, *, exit_code: int, status: str) -> JobRecord:
 
 def resolved(record: JobRecord) -> JobRecord:
     """``record`` with status ``unknown`` when it says running but the controller process that
-    supervised it is gone (a detached job is supervised on the head: ``jobs list`` asks it)."""
+    supervised it is gone (a detached or Slurm job is supervised on the cluster: ``jobs list``
+    asks it)."""
     if record.status == "ok":  # the name of success in records of mpictl before 0.2
         record.status = SUCCEEDED
-    detached = "detached" in record.extra
-    if record.status == RUNNING and not detached and controller_alive(record.controller) is False:
+    elsewhere = "detached" in record.extra or "slurm" in record.extra  # supervised on the cluster
+    if record.status == RUNNING and not elsewhere and controller_alive(record.controller) is False:
         record.status = UNKNOWN
     return record
 

@@ -50,6 +50,8 @@ class LaunchPlan:
     network: Network | None
     job_id: str
     torch: bool = False
+    script: str = ""  # the batch script a scheduler runs the job from (Slurm); "" for mpirun
+    launcher: str = "mpirun"
 
     @property
     def argv(self) -> list[str]:
@@ -154,7 +156,7 @@ def place(cluster: Cluster, options: LaunchOptions) -> Placement:
     return Placement(nodes=nodes, per_host=per_host, slots=slots, ranks=ranks)
 
 
-def _mca_args(mca: list[tuple[str, str]], network: Network | None) -> list[str]:
+def mca_args(mca: list[tuple[str, str]], network: Network | None) -> list[str]:
     argv: list[str] = []
     user_mca = {k for k, _ in mca}
     # Defaults a user's own --mca of the same key replaces (mpirun refuses a key given twice).
@@ -221,7 +223,7 @@ def plan(
     if options.wdir:
         argv += ["--wdir", options.wdir]
     argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
-    argv += _mca_args(mca, network)
+    argv += mca_args(mca, network)
     argv += ["--tag-output"]
     argv += _env_args(cluster, options, env, where.nodes, network, job_id)
     command = list(options.command)

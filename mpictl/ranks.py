@@ -1,7 +1,9 @@
-"""Each rank's own output, from a job's output as mpirun tags it (``--tag-output``).
+"""Each rank's own output, from a job's output as its launcher tags it.
 
-A job's output holds lines such as ``[1,2]<stdout>: text``: job 1, rank 2, its stdout. Lines
-mpirun prints itself carry no tag and belong to no rank. ``jobs logs --rank N`` and
+Under mpirun (``--tag-output``) a job's output holds lines such as ``[1,2]<stdout>: text``: job
+1, rank 2, its stdout; lines mpirun prints itself carry no tag and belong to no rank. Under
+Slurm (``srun --label``) a line is ``2: text``, stdout and stderr alike (srun does not say
+which): they count as the rank's stdout. ``jobs logs --rank N`` and
 ``run --output-dir`` read ranks from there, so every job has them, attached or detached.
 """
 
@@ -13,18 +15,21 @@ from pathlib import Path
 
 from mpictl.errors import UsageError
 
-_TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>: ?")
+_TAG = re.compile(r"^\[(\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>: ?")
+_LABEL = re.compile(r"^ *(?P<rank>\d+): ?")  # srun --label
+TAGS = {"mpirun": _TAG, "slurm": _LABEL}
 
 
-def split(text: str) -> dict[int, dict[str, list[str]]]:
+def split(text: str, launcher: str = "mpirun") -> dict[int, dict[str, list[str]]]:
     """rank -> stream ("stdout"/"stderr") -> its lines (with their newlines), in order."""
     out: dict[int, dict[str, list[str]]] = {}
+    tag = TAGS[launcher]
     for line in _lines(text):
-        m = _TAG.match(line)
+        m = tag.match(line)
         if not m:
             continue
-        stream = "stdout" if m.group(3) == "stdout" else "stderr"
-        streams = out.setdefault(int(m.group(2)), {"stdout": [], "stderr": []})
+        stream = "stderr" if m.groupdict().get("stream") in ("stderr", "stddiag") else "stdout"
+        streams = out.setdefault(int(m.group("rank")), {"stdout": [], "stderr": []})
         streams[stream].append(line[m.end() :])
     return out
 
@@ -36,19 +41,25 @@ def _lines(text: str) -> list[str]:
     return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
-def of_rank(text: str, rank: int, ranks: int, streams: Sequence[str] = ("stdout", "stderr")) -> str:
+def of_rank(
+    text: str,
+    rank: int,
+    ranks: int,
+    streams: Sequence[str] = ("stdout", "stderr"),
+    launcher: str = "mpirun",
+) -> str:
     """What rank ``rank`` printed (stdout then stderr lines, each in order); UsageError for a
     rank the job did not have."""
     if not 0 <= rank < ranks:
         raise UsageError(f"--rank {rank}: the job had {ranks} rank(s) (0..{ranks - 1})")
-    mine = split(text).get(rank, {})
+    mine = split(text, launcher).get(rank, {})
     return "".join(line for s in streams for line in mine.get(s, []))
 
 
-def write_dir(text: str, directory: Path, ranks: int) -> list[Path]:
+def write_dir(text: str, directory: Path, ranks: int, launcher: str = "mpirun") -> list[Path]:
     """``directory/rank.N/stdout`` and ``stderr`` for every rank of the job (empty files for a
     rank that printed nothing); the files written."""
-    by_rank = split(text)
+    by_rank = split(text, launcher)
     written = []
     width = len(str(max(ranks - 1, 0)))
     for rank in range(ranks):

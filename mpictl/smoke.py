@@ -234,6 +234,7 @@ def run_smoke(
     suite: str = "all",
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    launcher: str = "mpirun",
     on_output: OutputHandler | None = None,
     on_suite: Callable[[str, LaunchPlan], None] | None = None,
 ) -> SmokeReport:
@@ -245,6 +246,8 @@ def run_smoke(
     settings = cluster_settings.for_cluster(cluster)
     head = remote.HeadSSH.for_cluster(cluster)
     head.check_reachable()
+    via = submit.launcher(launcher, head)
+    via.prepare(cluster)  # Slurm: the head has a Slurm client, before any job
     errors, skip = preflight(cluster, head, suites, settings)
     if errors:
         report.errors = errors
@@ -274,7 +277,7 @@ def run_smoke(
         result, record = submit.submit(
             cluster,
             options,
-            via=submit.MpirunLauncher(head),
+            via=via,
             extra={"kind": f"smoke-{name}"},
             on_plan=None if on_suite is None else lambda plan, _rec, n=name: on_suite(n, plan),
             on_output=on_output,

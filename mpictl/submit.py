@@ -5,7 +5,8 @@ A *launcher* turns options into a plan, executes a plan attached, or starts it d
 every node → job record → execute or start) that every caller shares. The mpirun launcher plans
 with :mod:`mpictl.planner`, executes with :mod:`mpictl.executor` and starts detached jobs with
 :mod:`mpictl.detached`. A second launcher (Slurm's sbatch/srun) implements :class:`Launcher`
-and is passed as ``via``; the planner and the callers stay as they are.
+and is passed as ``via``: :class:`mpictl.slurm.SlurmLauncher` (sbatch/srun) is one; the callers
+stay as they are.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from mpictl import detached, jobops, jobs, network, planner, remote, transfer, workdir
+from mpictl import detached, jobops, jobs, network, planner, remote, slurm, transfer, workdir
 from mpictl import settings as cluster_settings
 from mpictl.errors import UsageError
 from mpictl.executor import JobResult, OutputHandler, execute
@@ -94,6 +95,18 @@ class MpirunLauncher:
         return detached.start(self.prepare(cluster), plan, record)
 
 
+LAUNCHERS = ("mpirun", "slurm")
+
+
+def launcher(name: str, head: remote.HeadSSH | None = None) -> Launcher:
+    """The launcher called ``name`` (``--launcher``); UsageError for an unknown one."""
+    if name == "mpirun":
+        return MpirunLauncher(head)
+    if name == "slurm":
+        return slurm.SlurmLauncher(head)
+    raise UsageError(f"--launcher {name!r}: choose one of {', '.join(LAUNCHERS)}")
+
+
 @dataclass(frozen=True)
 class WorkdirRequest:
     """``--workdir DIR [--exclude PATTERN]... [--max-workdir-size SIZE]``."""
@@ -128,7 +141,10 @@ def create_record(
         head=cluster.head.name,
         hosts=plan.hosts,
         ranks=plan.ranks,
-        extra=extra,
+        extra={
+            **(extra or {}),
+            **({"launcher": plan.launcher} if plan.launcher != "mpirun" else {}),
+        },
     )
 
 

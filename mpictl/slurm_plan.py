@@ -1,0 +1,135 @@
+"""The batch script of a Slurm job (pure): what ``mpictl run --launcher slurm`` submits.
+
+``-np`` -> ``--ntasks``, ``--ppn`` -> ``--ntasks-per-node``, ``--hosts`` -> ``--nodelist`` (and
+``--nodes`` = their number, or every node when neither ``-np`` nor ``--hosts`` narrows the job, as
+plain ``run`` fills every slot), ``--oversubscribe`` -> ``--overcommit``, ``--workdir`` ->
+``--chdir``; ``--mca k=v`` -> ``OMPI_MCA_k=v`` and the network's variables exported as mpirun's
+plan passes them; ``-x`` exported; ``--torch``: ``MASTER_ADDR`` is the address of the allocation's
+first node (where srun puts rank 0). The one step is ``srun --mpi=pmix --label``. The script keeps
+its output, pid and srun's exit code in ``~/.mpictl/slurm/<id>/`` on its batch host.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from mpictl import network, planner
+from mpictl import settings as cluster_settings
+from mpictl.inventory import Cluster
+from mpictl.planner import LaunchOptions, LaunchPlan
+
+REMOTE_BASE = ".mpictl/slurm"  # relative to the MPI user's home on the batch host
+
+
+def remote_dir(job_id: str) -> str:
+    return f"{REMOTE_BASE}/{job_id}"
+
+
+def allocation(cluster: Cluster, options: LaunchOptions) -> tuple[list[str], planner.Placement]:
+    """The ``#SBATCH`` options of a job and its placement (UsageError for bad options)."""
+    where = planner.place(cluster, options)
+    flags = [f"--ntasks={where.ranks}"]
+    if options.hosts:
+        flags += [
+            f"--nodes={len(where.nodes)}",
+            "--nodelist=" + ",".join(n.name for n in where.nodes),
+        ]
+    elif options.np is None:
+        flags.append(f"--nodes={len(where.nodes)}")
+    if options.ppn is not None:
+        flags.append(f"--ntasks-per-node={options.ppn}")
+    if options.oversubscribe:
+        flags.append("--overcommit")
+    return flags, where
+
+
+def _exports(
+    cluster: Cluster, options: LaunchOptions, net: network.Network | None, job_id: str
+) -> list[str]:
+    """``export`` lines of the batch script: the job id, OpenMPI's MCA defaults (as mpirun's
+    plan has them), the network, torch's rendezvous and the user's ``-x``."""
+    env = planner.parse_env(options.env)
+    mca = planner.parse_mca(options.mca)
+    lines = [f"export MPICTL_JOB_ID={shlex.quote(job_id)}"]
+    args = planner.mca_args(mca, net)
+    for key, value in zip(args[1::3], args[2::3], strict=True):
+        lines.append(f"export OMPI_MCA_{key}={shlex.quote(value)}")
+    user_env = {item.split("=", 1)[0] for item in env}
+    if net is not None and "NCCL_SOCKET_IFNAME" not in user_env:
+        lines.append(f"export NCCL_SOCKET_IFNAME={shlex.quote(net.nccl_socket_ifname)}")
+    if options.torch:
+        if net is not None and len(net.names) == 1 and "GLOO_SOCKET_IFNAME" not in user_env:
+            lines.append(f"export GLOO_SOCKET_IFNAME={shlex.quote(net.names[0])}")
+        if "MASTER_ADDR" not in user_env:
+            cases = " ".join(
+                f"{n.name}) MASTER_ADDR={shlex.quote(n.address)} ;;" for n in cluster.nodes
+            )
+            lines += [
+                'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                f"case $first in {cases} *) MASTER_ADDR=$first ;; esac",
+                "export MASTER_ADDR",
+            ]
+        if "MASTER_PORT" not in user_env:
+            lines.append(f"export MASTER_PORT={options.master_port}")
+    for item in env:
+        name, sep, value = item.partition("=")
+        lines.append(f"export {name}={shlex.quote(value)}" if sep else f"export {name}")
+    return lines
+
+
+def batch_script(
+    flags: Sequence[str], exports: Sequence[str], argv: Sequence[str], job_id: str
+) -> str:
+    """The sbatch script: the allocation, the environment, srun, and the files the head reads."""
+    directory = remote_dir(job_id)
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"#SBATCH --job-name=mpictl-{job_id}",
+            "#SBATCH --output=/dev/null",
+            *(f"#SBATCH {flag}" for flag in flags),
+            f'dir="$HOME/{directory}"',
+            'mkdir -p "$dir" && exec >"$dir/output.log" 2>&1',
+            'echo "$$" >"$dir/pid"',
+            *exports,
+            shlex.join(argv),
+            "rc=$?",
+            'echo "$rc" >"$dir/exit_code"',
+            'exit "$rc"',
+            "",
+        ]
+    )
+
+
+def plan(
+    cluster: Cluster,
+    options: LaunchOptions,
+    job_id: str,
+    net: network.Network | None = None,
+    settings: cluster_settings.ClusterSettings | None = None,
+) -> LaunchPlan:
+    """Validate ``options`` and build the batch script and its srun line."""
+    planner.check_numbers(options)
+    settings = settings or cluster_settings.for_cluster(cluster)
+    flags, where = allocation(cluster, options)
+    if options.wdir:
+        flags.append(f"--chdir={options.wdir}")
+    exports = _exports(cluster, options, net, job_id)
+    srun = ["srun", "--mpi=pmix", "--label", "--kill-on-bad-exit=1"]
+    if options.oversubscribe:
+        srun.append("--overcommit")
+    command = list(options.command)
+    if options.torch:
+        command = [settings.torch_env, *command]
+    return LaunchPlan(
+        mpirun=srun,
+        command=command,
+        hosts=[(n.address, where.per_host[n.name]) for n in where.nodes],
+        ranks=where.ranks,
+        network=net,
+        job_id=job_id,
+        torch=options.torch,
+        script=batch_script(flags, exports, [*srun, *command], job_id),
+        launcher="slurm",
+    )
