@@ -9,7 +9,8 @@
    node's SSH port, cores, GPUs, the hostfile and the job side's tools.
 3. :func:`evaluate` (pure, unit-tested) turns the probes into checks: ``nodes`` checks each
    node's own stack, ``topology`` the cluster's shape (network, reachability, slots, hostfile).
-   The probe is ``mpictl/scripts/doctor_probe.py``; it runs ``venv_versions.py`` with the
+   ``slurm`` adds Slurm's checks where the inventory enables it. The probe is
+   ``mpictl/scripts/doctor_probe.py``; it runs ``venv_versions.py`` with the
    cluster venv's python. Paths come from :mod:`mpictl.settings` (the head's variables).
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from mpictl import programs, remote
 from mpictl import settings as cluster_settings
+from mpictl.doctor import slurm as slurm_checks
 from mpictl.doctor.nodes import build_checks, env_checks, ssh_checks
 from mpictl.doctor.report import PROVISION, Check, DoctorReport
 from mpictl.doctor.topology import network_checks, slot_checks
@@ -39,6 +41,7 @@ TOOLS = ("smoke_mpi.py", "smoke_horovod.py", "bench_allreduce.py")
 def probe_spec(cluster: Cluster, settings: ClusterSettings) -> dict[str, Any]:
     """The probe's argument: whom to reach, and where the roles put things on this cluster."""
     return {
+        "slurm": slurm_checks.enabled(cluster),
         "targets": {n.name: n.address for n in cluster.nodes},
         "hostfile": settings.hostfile,
         "venv_python": settings.venv_python,
@@ -68,6 +71,7 @@ def evaluate(
     probes: Mapping[str, remote.NodeOutput],
     inventory_slots: Mapping[str, int] | None = None,
     settings: ClusterSettings | None = None,
+    slurm: Mapping[str, Any] | None = None,
 ) -> DoctorReport:
     """Checks from the probe outputs (node name -> output of the PROBE program)."""
     settings = settings or cluster_settings.for_cluster(cluster)
@@ -78,6 +82,8 @@ def evaluate(
         checks += build_checks(data, provision)
     checks += network_checks(cluster, data, provision)
     checks += slot_checks(cluster, data, provision, inventory_slots, settings.hostfile)
+    if slurm is not None:  # the head's Slurm answers: Slurm is enabled on this cluster
+        checks += slurm_checks.checks(cluster, data, slurm, provision)
     return DoctorReport(checks)
 
 
@@ -99,4 +105,9 @@ def run_doctor(cluster: Cluster) -> DoctorReport:
             ]
         )
     settings = cluster_settings.for_cluster(cluster)
-    return evaluate(cluster, collect(cluster, head, settings), settings=settings)
+    probes = collect(cluster, head, settings)
+    slurm = None
+    if slurm_checks.enabled(cluster):
+        _, data = ssh_checks(cluster, probes, "")
+        slurm = slurm_checks.ask_head(head, cluster, data)
+    return evaluate(cluster, probes, settings=settings, slurm=slurm)

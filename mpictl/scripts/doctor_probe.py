@@ -9,7 +9,9 @@ from it (``login``: what ``su -``, ``sudo -i`` and an interactive login see), th
 OpenMPI, NCCL and (through ``venv_program``, run with ``venv_python``) the venv's packages, the
 build-fingerprint markers under /opt and beside the libnccl the linker finds, cores, GPUs, IPv4
 addresses and the default route's interface, TCP reachability of every target's SSH port, the
-hostfile's text and which tools exist. Standard library only.
+hostfile's text and which tools exist. With ``"slurm": true`` in SPEC also whether munge and
+slurmd run here and a fresh munge credential (the head decodes it: the same key on both nodes).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -172,6 +174,17 @@ def cores() -> int:
         return os.cpu_count() or 0
 
 
+def slurm_node() -> dict[str, Any]:
+    """munge and slurmd on this node (systemd's view) and a munge credential to decode."""
+    out: dict[str, Any] = {}
+    for unit in ("munge", "slurmd"):
+        out[unit] = run(["systemctl", "is-active", unit], timeout=10)[1] or "unknown"
+    rc, cred, err = run(["munge", "-n"], timeout=10)
+    out["credential"] = cred if rc == 0 else ""
+    out["munge_error"] = "" if rc == 0 else (err or f"munge exit {rc}")
+    return out
+
+
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     versions: dict[str, Any] = {}
     out: dict[str, Any] = {
@@ -194,6 +207,8 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     out["reach"] = reach(spec["targets"])
     out["hostfile"] = read_text(spec["hostfile"])
     out["tools"] = {p: os.path.exists(p) for p in spec["tools"]}
+    if spec.get("slurm"):
+        out["slurm"] = slurm_node()
     return out
 
 

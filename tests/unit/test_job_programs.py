@@ -29,6 +29,8 @@ NODE_PROGRAMS = [
     "doctor_probe.py",
     "venv_versions.py",
     "sandbox_node_setup.sh",
+    "slurm_job.sh",
+    "doctor_slurm.py",
 ]
 
 

@@ -1,0 +1,143 @@
+"""``mpictl doctor`` on a cluster with Slurm (``slurm_enabled`` true on the head): munge and
+slurmd running on every node, every node's munge credential decoding on the head (the same key),
+every node registered and usable in ``sinfo``, ``srun -N<all> hostname`` answering from every
+node, and ``srun --mpi=list`` offering pmix. The node side is the probe's ``slurm`` section
+(``scripts/doctor_probe.py``); the head side is ``scripts/doctor_slurm.py``. :func:`checks` is
+pure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from mpictl import programs, remote
+from mpictl.doctor.report import Check
+from mpictl.inventory import Cluster
+
+HEAD_PROGRAM = "doctor_slurm.py"
+USABLE = ("idle", "mixed", "allocated", "completing")
+
+
+def enabled(cluster: Cluster) -> bool:
+    """Whether the inventory turns Slurm on for the head (``slurm_enabled``)."""
+    value = (cluster.head.vars or {}).get("slurm_enabled", False)
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1", "on")
+    return bool(value)
+
+
+def ask_head(
+    head: remote.HeadSSH, cluster: Cluster, data: Mapping[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Run the head's side with the credentials the nodes made; {} when it could not run."""
+    creds = {
+        name: d["slurm"]["credential"]
+        for name, d in data.items()
+        if (d.get("slurm") or {}).get("credential")
+    }
+    spec = {"nodes": cluster.names, "credentials": creds}
+    proc = head.run_python(programs.source(HEAD_PROGRAM), [json.dumps(spec)], timeout=180)
+    line = remote.last_line(proc.stdout)
+    try:
+        return dict(json.loads(line)) if proc.returncode == 0 and line else {}
+    except ValueError:
+        return {}
+
+
+def _fix(provision: str) -> str:
+    return f"{provision} --tags slurm (slurm role)"
+
+
+def node_checks(
+    cluster: Cluster, data: Mapping[str, dict[str, Any]], result: Mapping[str, Any], provision: str
+) -> list[Check]:
+    out = []
+    states = result.get("sinfo") or {}
+    munge = result.get("munge") or {}
+    for node in cluster.nodes:
+        probe = (data.get(node.name) or {}).get("slurm")
+        if probe is None:
+            continue  # unreachable: the ssh check names it
+        down = [u for u in ("munge", "slurmd") if probe.get(u) != "active"]
+        out.append(
+            Check(
+                "slurm daemons",
+                node.name,
+                not down,
+                ", ".join(f"{u} is {probe.get(u)}" for u in down) or "munge and slurmd active",
+                _fix(provision) if down else "",
+            )
+        )
+        why = probe.get("munge_error") or munge.get(node.name, "no answer from the head")
+        out.append(
+            Check(
+                "munge key",
+                node.name,
+                not why,
+                f"its credential does not decode on {cluster.head.name}: {why}"
+                if why
+                else f"same key as {cluster.head.name}",
+                _fix(provision) if why else "",
+            )
+        )
+        state = states.get(node.name)
+        ok = state is not None and state.rstrip("*~#!%$@^-") in USABLE and "*" not in state
+        out.append(
+            Check(
+                "slurm node state",
+                node.name,
+                ok,
+                f"sinfo: {state}" if state else "not registered with slurmctld (absent from sinfo)",
+                ""
+                if ok
+                else f"start slurmd there: {_fix(provision)}; then "
+                f"`scontrol update nodename={node.name} state=resume` if it stays down",
+            )
+        )
+    return out
+
+
+def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) -> list[Check]:
+    srun = result.get("srun") or {}
+    answered = set(srun.get("hosts") or [])
+    missing = [n.name for n in cluster.nodes if n.name not in answered]
+    detail = f"answered: {', '.join(sorted(answered)) or 'none'}"
+    if srun.get("error"):
+        detail += f"; srun: {srun['error']}"
+    plugins = result.get("mpi") or []
+    return [
+        Check(
+            "srun on every node",
+            ", ".join(missing) if missing else "all",
+            not missing,
+            detail,
+            _fix(provision) if missing else "",
+        ),
+        Check(
+            "srun --mpi=list has pmix",
+            cluster.head.name,
+            "pmix" in plugins,
+            f"plugins: {', '.join(plugins) or 'none'}",
+            "" if "pmix" in plugins else f"install libpmix2 and libpmix-dev: {_fix(provision)}",
+        ),
+    ]
+
+
+def checks(
+    cluster: Cluster, data: Mapping[str, dict[str, Any]], result: Mapping[str, Any], provision: str
+) -> list[Check]:
+    """The Slurm checks from the probes' ``slurm`` sections and the head's answers (pure)."""
+    if not result:
+        return [
+            Check(
+                "slurm on the head",
+                cluster.head.name,
+                False,
+                "could not ask Slurm on the head (sinfo/srun did not run)",
+                _fix(provision),
+            )
+        ]
+    return node_checks(cluster, data, result, provision) + cluster_checks(
+        cluster, result, provision
+    )

@@ -1,0 +1,79 @@
+"""What ``mpictl doctor`` asks Slurm on the head (as the MPI user), as one JSON object.
+
+``python3 - NODES_JSON`` with ``{"nodes": [names], "credentials": {node: munge credential}}``
+on argv. Reports each node's state in ``sinfo`` (absent: not registered), whether ``srun -N<all>
+hostname`` answered from every node (with ``--immediate``: a busy cluster fails fast), the MPI
+plugins of ``srun --mpi=list``, and for each node whether its munge credential decodes here
+(it does only when both nodes hold the same munge key). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+
+def run(cmd: list[str], stdin: str = "", timeout: float = 60) -> tuple[int, str, str]:
+    try:
+        p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout.strip(), p.stderr.strip()
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out after {timeout:.0f} s"
+    except OSError as exc:
+        return 127, "", str(exc)
+
+
+def last(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def sinfo() -> dict[str, str]:
+    """node -> its state (``idle``, ``mixed``, ``down*``, ...)."""
+    rc, out, _ = run(["sinfo", "-N", "-h", "-o", "%N %T"], timeout=30)
+    states: dict[str, str] = {}
+    for line in out.splitlines() if rc == 0 else []:
+        name, _, state = line.partition(" ")
+        states.setdefault(name, state.strip())
+    return states
+
+
+def srun_hostnames(nodes: list[str]) -> dict[str, Any]:
+    cmd = ["srun", f"-N{len(nodes)}", "--ntasks-per-node=1", "--immediate=20", "-t", "1"]
+    rc, out, err = run([*cmd, "hostname", "-s"], timeout=60)
+    return {"rc": rc, "hosts": sorted(set(out.split())), "error": last(err)}
+
+
+def mpi_plugins() -> list[str]:
+    rc, out, err = run(["srun", "--mpi=list"], timeout=30)
+    text = f"{out}\n{err}"  # 22.05 prints the list on stderr
+    words = text.replace(",", " ").split()
+    return sorted(
+        {w for w in words if w in ("pmix", "pmi2", "cray_shasta", "none")}
+        | {w for w in words if w.startswith("pmix_")}
+    )
+
+
+def decode(credentials: dict[str, str]) -> dict[str, str]:
+    """node -> "" when its credential decodes here, else unmunge's reason."""
+    out = {}
+    for node, cred in credentials.items():
+        rc, _, err = run(["unmunge"], stdin=cred + "\n", timeout=15)
+        out[node] = "" if rc == 0 else (last(err) or f"unmunge exit {rc}")
+    return out
+
+
+def main(spec: dict[str, Any]) -> dict[str, Any]:
+    nodes = list(spec["nodes"])
+    return {
+        "sinfo": sinfo(),
+        "srun": srun_hostnames(nodes),
+        "mpi": mpi_plugins(),
+        "munge": decode(spec.get("credentials") or {}),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))))

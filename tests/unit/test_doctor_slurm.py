@@ -1,0 +1,68 @@
+"""mpictl doctor's Slurm checks (pure): each failure names the node and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mpictl.doctor import slurm
+from tests.unit.jobside import three
+
+PROVISION = "run `mpictl provision -i inv`"
+
+
+def healthy() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    node = {"slurm": {"munge": "active", "slurmd": "active", "credential": "c", "munge_error": ""}}
+    data = {n: {**node} for n in ("node1", "node2", "node3")}
+    result = {
+        "sinfo": {"node1": "idle", "node2": "mixed", "node3": "allocated"},
+        "srun": {"rc": 0, "hosts": ["node1", "node2", "node3"], "error": ""},
+        "mpi": ["none", "pmix", "pmix_v4"],
+        "munge": {"node1": "", "node2": "", "node3": ""},
+    }
+    return data, result
+
+
+def failed(data: dict[str, Any], result: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(c.check, c.node) for c in slurm.checks(three(), data, result, PROVISION) if not c.ok]
+
+
+def test_a_healthy_cluster_passes_every_check() -> None:
+    data, result = healthy()
+    checks = slurm.checks(three(), data, result, PROVISION)
+    assert len(checks) == 3 * 3 + 2 and all(c.ok for c in checks)
+
+
+def test_slurmd_stopped_on_node2_names_node2() -> None:
+    data, result = healthy()
+    data["node2"] = {"slurm": {**data["node2"]["slurm"], "slurmd": "inactive"}}
+    result["sinfo"]["node2"] = "idle*"
+    result["srun"] = {"rc": 1, "hosts": ["node1", "node3"], "error": "srun: error: node2: x"}
+    bad = failed(data, result)
+    assert ("slurm daemons", "node2") in bad and ("slurm node state", "node2") in bad
+    assert ("srun on every node", "node2") in bad
+    assert all(node == "node2" for _, node in bad)
+    fix = next(c.fix for c in slurm.checks(three(), data, result, PROVISION) if not c.ok)
+    assert "--tags slurm" in fix
+
+
+def test_a_different_munge_key_and_a_missing_node_and_no_pmix() -> None:
+    data, result = healthy()
+    result["munge"]["node3"] = "unmunge: Error: Invalid credential"
+    del result["sinfo"]["node1"]
+    result["mpi"] = ["none", "pmi2"]
+    bad = failed(data, result)
+    assert ("munge key", "node3") in bad
+    assert ("slurm node state", "node1") in bad
+    assert ("srun --mpi=list has pmix", "node1") in bad
+
+
+def test_no_answer_from_the_head_is_one_failure() -> None:
+    data, _ = healthy()
+    assert failed(data, {}) == [("slurm on the head", "node1")]
+
+
+def test_enabled_reads_the_heads_variable() -> None:
+    c = three()
+    assert slurm.enabled(c) is False
+    c.head.vars["slurm_enabled"] = "true"
+    assert slurm.enabled(c) is True
