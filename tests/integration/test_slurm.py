@@ -1,0 +1,186 @@
+"""Slurm (issue 14) on the provisioned 3-node sandbox, whose nodes boot systemd: the scheduler
+the slurm role set up, and mpictl's jobs through it (``--launcher slurm``), through the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpictl import jobs
+from mpictl.inventory import Cluster
+from tests.integration.conftest import provision_run
+from tests.integration.nodes import load, ssh, ssh_mpi
+from tests.integration.test_jobs import VENV_PY, job_id_of, leftovers, mpictl
+
+ALLREDUCE = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('sum', c.allreduce(c.rank + 1))"
+
+
+@pytest.fixture(scope="module")
+def cluster(inventory: Path, first_provision: object) -> Cluster:
+    return load(inventory)
+
+
+def sinfo_nodes(cluster: Cluster) -> dict[str, dict[str, str]]:
+    """node -> {state, cpus, memory} as sinfo reports them."""
+    proc = ssh_mpi(cluster.head, "sinfo -N -h -o '%N %T %c %m'")
+    assert proc.returncode == 0, proc.stderr
+    out = {}
+    for line in proc.stdout.splitlines():
+        name, state, cpus, memory = line.split()
+        out[name] = {"state": state, "cpus": cpus, "memory": memory}
+    return out
+
+
+def test_sinfo_lists_every_node_idle_with_the_cpus_and_memory_of_its_facts(
+    cluster: Cluster,
+) -> None:
+    nodes = sinfo_nodes(cluster)
+    assert sorted(nodes) == sorted(cluster.names)
+    for node in cluster.nodes:
+        facts: dict[str, Any] = node.facts or {}
+        assert nodes[node.name]["state"] == "idle", nodes
+        assert nodes[node.name]["cpus"] == str(facts["ansible_processor_vcpus"]), nodes
+        assert nodes[node.name]["memory"] == str(facts["ansible_memtotal_mb"]), nodes
+
+
+def test_srun_pmix_runs_openmpi_ranks_directly(cluster: Cluster) -> None:
+    proc = ssh_mpi(
+        cluster.head, f'srun --mpi=pmix -N3 --ntasks-per-node=1 {VENV_PY} -c "{ALLREDUCE}"'
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n").count("sum 6") == 3, proc.stdout
+
+
+def test_mpirun_inside_an_allocation_uses_it_without_a_hostfile(cluster: Cluster) -> None:
+    # sbatch --wait returns when the job ended; its output is on the batch host (the
+    # allocation's first node), read over the cluster's SSH mesh
+    proc = ssh_mpi(
+        cluster.head,
+        "printf '%s\\n' '#!/bin/bash' 'mpirun --mca pml ob1 hostname' > $HOME/alloc.sbatch && "
+        "sbatch --wait -N3 --ntasks-per-node=1 --output=$HOME/alloc.out $HOME/alloc.sbatch "
+        ">/dev/null && ssh -o BatchMode=yes "
+        "$(scontrol show hostnames $(sinfo -h -o %N) | head -n1) cat alloc.out",
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(set(proc.stdout.split())) == sorted(cluster.names), proc.stdout
+
+
+def test_smoke_through_slurm_passes_with_ranks_on_three_nodes(cluster: Cluster) -> None:
+    proc = mpictl(
+        "smoke", "-i", str(cluster.source), "--suite", "mpi", "--launcher", "slurm", "--json"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    results = [r for r in report["results"] if not r.get("skipped")]
+    assert results and all(r["ok"] for r in results), results
+    assert all(set(r["hosts"]) >= set(cluster.names) for r in results if r["hosts"]), results
+
+
+def test_run_through_slurm_streams_and_returns_the_jobs_exit_code(cluster: Cluster) -> None:
+    ok = mpictl(
+        "run",
+        "-i",
+        str(cluster.source),
+        "--launcher",
+        "slurm",
+        "--ppn",
+        "1",
+        "--torch",
+        "--",
+        "sh",
+        "-c",
+        'echo "rank=$RANK of $WORLD_SIZE local=$LOCAL_RANK master=$MASTER_ADDR"',
+    )
+    assert ok.returncode == 0, ok.stderr
+    lines = sorted(re.sub(r"^\s*\d+: ", "", ln) for ln in ok.stdout.splitlines())
+    head = cluster.nodes[0].address
+    assert lines == [f"rank={r} of 3 local=0 master={head}" for r in range(3)], ok.stdout
+    record = jobs.load(job_id_of(ok.stderr))
+    assert record.status == jobs.SUCCEEDED and record.extra["slurm"]["nodes"] == cluster.names
+    bad = mpictl(
+        "run",
+        "-i",
+        str(cluster.source),
+        "--launcher",
+        "slurm",
+        "-np",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    )
+    assert bad.returncode == 7, bad.stderr
+
+
+def test_jobs_cancel_ends_a_running_slurm_job_everywhere(cluster: Cluster) -> None:
+    proc = mpictl(
+        "run",
+        "-i",
+        str(cluster.source),
+        "--launcher",
+        "slurm",
+        "--ppn",
+        "1",
+        "--detach",
+        "--",
+        "sleep",
+        "300",
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    slurm_id = jobs.load(job_id).extra["slurm"]["id"]
+    deadline = time.monotonic() + 60
+    while "running" not in mpictl("jobs", "list", "--json").stdout:
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    cancel = mpictl("jobs", "cancel", job_id)
+    assert cancel.returncode == 0, cancel.stderr
+    assert jobs.load(job_id).status == jobs.CANCELLED
+    squeue = ssh_mpi(cluster.head, f"squeue -h -j {slurm_id} 2>/dev/null; true")
+    assert squeue.stdout.strip() == ""
+    assert leftovers(cluster, job_id) == {}
+    for node in cluster.nodes:
+        assert ssh(node, "pgrep -u mpi -x sleep").stdout.strip() == "", node.name
+
+
+def test_slurmd_stopped_on_node2_fails_doctor_and_provision_restarts_it(
+    cluster: Cluster, source_vars: dict[str, Any]
+) -> None:
+    node2 = cluster.nodes[1]
+    assert ssh(node2, "systemctl stop slurmd").returncode == 0
+    doctor = mpictl("doctor", "-i", str(cluster.source), "--json")
+    assert doctor.returncode != 0
+    failed = [c for c in json.loads(doctor.stdout)["checks"] if c["result"] != "ok"]
+    assert failed and {c["node"] for c in failed} == {node2.name}, failed
+    fixed = provision_run(cluster.source, source_vars, tags="slurm")
+    assert fixed.ok, fixed.stats
+    assert ssh(node2, "systemctl is-active slurmd").stdout.strip() == "active"
+    again = provision_run(cluster.source, source_vars, tags="slurm")
+    assert again.ok and all(s.changed == 0 for s in again.stats.values()), again.stats
+
+
+def test_launcher_slurm_on_a_cluster_without_slurm_and_an_unknown_launcher(
+    cluster: Cluster,
+) -> None:
+    nosuch = mpictl("run", "-i", str(cluster.source), "--launcher", "nosuch", "--", "true")
+    assert nosuch.returncode == 2
+    assert nosuch.stderr.strip().splitlines()[-1].endswith("choose one of mpirun, slurm")
+    head = cluster.head
+    moved = "for b in sbatch scontrol; do mv /usr/bin/$b /usr/bin/$b.off; done"
+    back = "for b in sbatch scontrol; do mv /usr/bin/$b.off /usr/bin/$b; done"
+    assert ssh(head, moved).returncode == 0
+    try:
+        proc = mpictl("run", "-i", str(cluster.source), "--launcher", "slurm", "--", "true")
+        assert proc.returncode != 0
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "slurm_enabled: true" in proc.stderr
+    finally:
+        assert ssh(head, back).returncode == 0
