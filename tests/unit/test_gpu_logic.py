@@ -294,3 +294,46 @@ def test_torch_env_pins_local_ranks_round_robin_on_the_stubs_gpus(
     assert torch_env_devices(bindir, range(8)) == [str(i) for i in range(8)]
     config.write_text(json.dumps({"gpus": 8, "fail": True}))
     assert torch_env_devices(bindir, range(2)) == [None, None]
+
+
+# --- the horovod role's reading of a named Python environment ----------------------------------
+
+
+def python_env(path: Path) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", (ROOT / "roles/horovod/files/python_env.py").read_text()],
+        capture_output=True, text=True, check=True, cwd=path,
+        env={**os.environ, "PYTHONPATH": str(path)},
+    )  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def test_a_named_environment_is_read_without_importing_torch(tmp_path: Path) -> None:
+    torch = tmp_path / "site" / "torch"
+    torch.mkdir(parents=True)
+    # Importing this torch would fail: the probe reads version.py only.
+    (torch / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (torch / "version.py").write_text(
+        "from typing import Optional\n__version__ = '2.13.0+cu130'\ndebug = False\n"
+        "cuda: Optional[str] = '13.0'\ngit_version = 'abc'\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", (ROOT / "roles/horovod/files/python_env.py").read_text()],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )  # fmt: skip
+    env = json.loads(got.stdout)
+    assert env["runs"] and env["pip"] is not None
+    assert env["python"] == f"{sys.version_info[0]}{sys.version_info[1]}"
+    assert env["torch"] == {"version": "2.13.0+cu130", "cuda": "13.0"}
+    (torch / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda = None\n")
+    got = subprocess.run(
+        [sys.executable, "-c", (ROOT / "roles/horovod/files/python_env.py").read_text()],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )  # fmt: skip
+    assert json.loads(got.stdout)["torch"] == {"version": "2.13.0+cpu", "cuda": None}
+
+
+def test_an_environment_without_torch_says_so(tmp_path: Path) -> None:
+    assert python_env(tmp_path)["torch"] is None

@@ -1,0 +1,301 @@
+"""The GPU path without a GPU (issue 15): a 2-node sandbox of its own (``mpictl-gpu``) whose nodes
+answer ``nvidia-smi`` through the test stub (``stub_nvidia_smi.py``, installed here, never by a
+role): node1 has two 9.0 GPUs (H100), node2 eight 8.0 GPUs (A100), and no ``mpi_slots`` is set.
+
+One provision (the module fixture; CUDA mounted as for the session's sandbox, so OpenMPI, mpi4py
+and Horovod come from the artifact cache, and NCCL compiles once for sm_80+sm_90 with the test
+kernel subset, ~2x the session's sm_90 compile on a cold cache) proves: NCCL's architectures come
+from the nodes' GPUs (one fat build, its library holds exactly those), mpi_slots defaults to the
+GPU count, ``mpictl run --torch`` pins every local rank to its GPU (round-robin when
+oversubscribed), OpenMPI is CUDA-aware. Bad input (a driver that is not loaded, a dotted
+architecture, a named Python environment that is missing) stops the run in preflight, naming the
+node, with nothing changed. Horovod builds into an existing venv with its own PyTorch."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mpictl import paths, provision, runner
+from mpictl.inventory import Cluster, Node, load_inventory
+from tests.integration.conftest import describe_failures
+from tests.integration.nodes import ROOT, clone_sandbox_inventory, run_cli, ssh, ssh_base
+
+NAME = "mpictl-gpu"
+SUBNET = "10.89.49.0/24"
+PORT_BASE = 2261
+STUB = Path(__file__).with_name("stub_nvidia_smi.py")
+CUDA_ARCHS = ROOT / "roles" / "nccl" / "files" / "cuda_archs.py"
+GPUS = {
+    "node1": {"gpus": 2, "compute_cap": "9.0", "name": "NVIDIA H100 80GB HBM3"},
+    "node2": {"gpus": 8, "compute_cap": "8.0", "name": "NVIDIA A100-SXM4-80GB"},
+}
+NCCL_LIB = "/usr/local/nccl-2.29.7/lib/libnccl.so.2.29.7"
+USER_ENV = "/opt/userenv"
+
+pytestmark = pytest.mark.skipif(
+    not Path("/usr/local/cuda/bin/nvcc").is_file(),
+    reason="no CUDA toolkit at /usr/local/cuda: the GPU-stub sandbox compiles NCCL",
+)
+
+
+class GpuSandbox:
+    def __init__(self, inventory: Path, state: Path, extravars: dict[str, Any]) -> None:
+        self.inventory, self.state, self.extravars = inventory, state, extravars
+        self.env = {**os.environ, "MPICTL_STATE_DIR": str(state)}
+
+    @contextlib.contextmanager
+    def state_env(self) -> Iterator[None]:
+        old = os.environ.get("MPICTL_STATE_DIR")
+        os.environ["MPICTL_STATE_DIR"] = str(self.state)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("MPICTL_STATE_DIR", None)
+            else:
+                os.environ["MPICTL_STATE_DIR"] = old
+
+    def mpictl(self, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, env=self.env, timeout=timeout)
+
+    def ok(self, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+        proc = self.mpictl(*args, timeout=timeout)
+        assert proc.returncode == 0, f"mpictl {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+        return proc
+
+    def provision(self, extra: dict[str, Any] | None = None, **kwargs: Any) -> runner.RunResult:
+        with self.state_env():
+            _, result = provision.provision(
+                self.inventory, extravars={**self.extravars, **(extra or {})}, **kwargs
+            )
+        return result
+
+    def cluster(self) -> Cluster:
+        with self.state_env():
+            return load_inventory(self.inventory)
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.cluster().nodes if n.name == name)
+
+
+def put(node: Node, path: str, text: str, mode: str = "0644") -> None:
+    """Write ``text`` to ``path`` on ``node`` as root."""
+    command = f"mkdir -p $(dirname {path}) && cat > {path} && chmod {mode} {path}"
+    proc = subprocess.run(
+        [*ssh_base(node), command], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def set_gpus(node: Node, config: dict[str, Any]) -> None:
+    put(node, "/etc/mpictl-test/nvidia-smi.json", json.dumps(config))
+
+
+def lib_archs(node: Node) -> dict[str, list[str]]:
+    proc = subprocess.run(
+        [*ssh_base(node), f"python3 - {NCCL_LIB}"],
+        input=CUDA_ARCHS.read_text(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{node.name}: {proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def changed(result: runner.RunResult) -> list[str]:
+    return [f"{r.host}: {r.task}" for r in result.changed_tasks()]
+
+
+def failure_messages(result: runner.RunResult) -> dict[str, str]:
+    return {
+        r.host: str(r.result.get("msg", ""))
+        for r in result.task_results()
+        if r.status == "failed" and not r.ignore_errors
+    }
+
+
+@pytest.fixture(scope="module")
+def gpu(
+    tmp_path_factory: pytest.TempPathFactory, source_vars: dict[str, Any]
+) -> Iterator[GpuSandbox]:
+    state = tmp_path_factory.mktemp("gpu-state")
+    inv = clone_sandbox_inventory(state / "inventory", NAME, SUBNET, PORT_BASE)
+    hosts_file = inv / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    del hosts["all"]["children"]["mpi_nodes"]["hosts"]["node3"]
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+    # No mpi_slots: the default (the GPU count) is under test. nccl_cuda_archs ["90"] stays: the
+    # nodes' own GPUs must win over it.
+    group_vars = inv / "group_vars" / "all.yml"
+    group_vars.write_text(re.sub(r"(?m)^mpi_slots:.*$", "", group_vars.read_text()))
+    extravars = {**source_vars, "slurm_enabled": False}
+    sbx = GpuSandbox(inv, state, extravars)
+    sbx.mpictl("sandbox", "down", "-i", str(inv))
+    sbx.ok("sandbox", "up", "-i", str(inv), "--cuda", timeout=900)
+    try:
+        for node in sbx.cluster().nodes:
+            put(node, "/usr/local/bin/nvidia-smi", STUB.read_text(), mode="0755")
+            set_gpus(node, GPUS[node.name])
+        result = sbx.provision()
+        assert result.ok, describe_failures(result)
+        sbx.first = result  # type: ignore[attr-defined]
+        yield sbx
+    finally:
+        if not os.environ.get("MPICTL_KEEP_SANDBOX"):
+            sbx.mpictl("sandbox", "down", "-i", str(inv))
+
+
+def test_nccl_is_one_build_for_the_gpus_of_both_nodes(gpu: GpuSandbox) -> None:
+    gencodes = {
+        r.host: r.result.get("ansible_facts", {}).get("_nccl_gencode")
+        for r in gpu.first.task_results("Assemble the NCCL build settings of the node")  # type: ignore[attr-defined]
+        if r.status == "ok"
+    }
+    want = "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90"
+    assert gencodes == {"node1": want, "node2": want}
+    markers = set()
+    for node in gpu.cluster().nodes:
+        # What is really inside the library: sm_80 and sm_90 (and NCCL's own sm_100), no PTX.
+        assert lib_archs(node) == {"sm": ["80", "90", "100"], "ptx": []}, node.name
+        markers.add(ssh(node, "cat /usr/local/nccl-2.29.7/.mpictl-fingerprint").stdout.strip())
+    assert len(markers) == 1 and "" not in markers
+    (fingerprint,) = markers
+    assert (paths.cache_dir() / "artifacts" / "nccl" / f"{fingerprint}.tar.gz").is_file()
+    checks = gpu.first.task_results(
+        "Check that the library holds the architectures NCCL was built for"
+    )  # type: ignore[attr-defined]
+    assert sorted(r.host for r in checks if r.status == "ok") == ["node1", "node2"]
+
+
+def test_mpi_slots_default_to_the_gpu_count(gpu: GpuSandbox) -> None:
+    out = gpu.ok("hostfile", "-i", str(gpu.inventory)).stdout.split("\n")
+    assert [line for line in out if line] == ["node1 slots=2", "node2 slots=8"]
+
+
+def ranks(stdout: str) -> list[tuple[str, int, str]]:
+    rows = []
+    for line in stdout.splitlines():
+        fields = line.split(": ", 1)[-1].split()
+        if len(fields) == 3 and fields[0] in GPUS:
+            rows.append((fields[0], int(fields[1]), fields[2]))
+    return sorted(rows)
+
+
+def test_torch_pins_every_local_rank_to_its_gpu(gpu: GpuSandbox) -> None:
+    show = ["--", "sh", "-c", 'echo "$(hostname) $LOCAL_RANK ${CUDA_VISIBLE_DEVICES-unset}"']
+    inv = ["-i", str(gpu.inventory)]
+    full = gpu.ok("run", *inv, "-np", "10", "--torch", *show).stdout
+    assert ranks(full) == [("node1", k, str(k)) for k in range(2)] + [
+        ("node2", k, str(k)) for k in range(8)
+    ]
+    over = ["run", *inv, "--hosts", "node1", "--ppn", "5", "-np", "5", "--oversubscribe"]
+    assert ranks(gpu.ok(*over, "--torch", *show).stdout) == [
+        ("node1", k, str(k % 2)) for k in range(5)
+    ]
+
+
+def test_openmpi_is_cuda_aware_with_a_toolkit_on_the_node(gpu: GpuSandbox) -> None:
+    for node in gpu.cluster().nodes:
+        proc = ssh(node, "ompi_info --parsable --all | grep mpi_built_with_cuda_support:value")
+        assert proc.stdout.strip().endswith(":true"), (node.name, proc.stdout, proc.stderr)
+
+
+def test_a_failing_nvidia_smi_stops_the_run_naming_the_node(gpu: GpuSandbox) -> None:
+    node2 = gpu.node("node2")
+    set_gpus(node2, {**GPUS["node2"], "fail": True})
+    try:
+        result = gpu.provision()
+    finally:
+        set_gpus(node2, GPUS["node2"])
+    assert not result.ok
+    assert failure_messages(result) == {
+        "node2": "nccl: nvidia-smi fails on node2 (exit 9): NVIDIA-SMI has failed because it "
+        "couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver "
+        "is installed and running.; fix the NVIDIA driver there (or remove nvidia-smi from a "
+        "node without GPUs); nothing was changed"
+    }
+    assert changed(result) == []
+
+
+@pytest.mark.parametrize("archs", [["9.0"], ["sm90"]])
+def test_archs_in_another_form_are_refused_in_preflight(gpu: GpuSandbox, archs: list[str]) -> None:
+    result = gpu.provision({"nccl_cuda_archs": archs})
+    assert not result.ok
+    messages = set(failure_messages(result).values())
+    assert messages == {
+        'nccl: nccl_cuda_archs must list compute capabilities as nvcc numbers them, like ["80", '
+        f'"90"] (9.0 -> "90"): "{archs[0]}" (write "90")'
+    }
+    assert changed(result) == []
+
+
+def make_user_env(gpu: GpuSandbox) -> None:
+    """A venv with the CPU PyTorch on every node, made as a user would (not by mpictl), from the
+    wheels the controller fetched for the cluster venv (nodes have no index)."""
+    wheelhouses = sorted(paths.cache_dir().glob("wheels/horovod-*/torch-*.whl"))
+    assert wheelhouses, "no PyTorch wheel in the controller cache (the provision fetches it)"
+    wheels = wheelhouses[0].parent
+    for node in gpu.cluster().nodes:
+        tar = subprocess.run(["tar", "-C", str(wheels), "-c", "."], capture_output=True, check=True)
+        command = (
+            f"rm -rf /tmp/userenv-wheels {USER_ENV} && mkdir /tmp/userenv-wheels"
+            " && tar -C /tmp/userenv-wheels -x"
+            f" && python3 -m venv {USER_ENV}"
+            f" && {USER_ENV}/bin/pip install -q --no-index --find-links /tmp/userenv-wheels torch"
+            " && rm -rf /tmp/userenv-wheels"
+        )
+        proc = subprocess.run(
+            [*ssh_base(node), command], input=tar.stdout, capture_output=True, timeout=900
+        )
+        assert proc.returncode == 0, (node.name, proc.stderr.decode()[-2000:])
+
+
+def torch_record(node: Node) -> str:
+    return ssh(
+        node, f"cd {USER_ENV}/lib/python3*/site-packages && sha256sum torch-*.dist-info/RECORD"
+    ).stdout
+
+
+def test_horovod_builds_into_an_existing_venv_with_its_own_torch(gpu: GpuSandbox) -> None:
+    missing = gpu.provision({"horovod_python": "/opt/nowhere/bin/python"}, tags="horovod")
+    assert failure_messages(missing) == {
+        n: f"horovod: {n}: horovod_python /opt/nowhere/bin/python does not run; nothing was changed"
+        for n in GPUS
+    }
+    assert changed(missing) == []
+
+    make_user_env(gpu)
+    before = {n.name: torch_record(n) for n in gpu.cluster().nodes}
+    named = {"horovod_python": f"{USER_ENV}/bin/python"}
+    result = gpu.provision(named, tags="horovod")
+    assert result.ok, describe_failures(result)
+    # Nothing fetched or installed for PyTorch; the env's own torch is untouched.
+    pip = result.task_results("Install PyTorch and Horovod's dependencies into the venv (no index)")
+    assert pip and all("torch" not in " ".join(r.result.get("cmd", [])) for r in pip)
+    assert {n.name: torch_record(n) for n in gpu.cluster().nodes} == before
+    # The same PyTorch and MPI as the cluster venv's build: the same fingerprint, no compile.
+    assert not [
+        r
+        for r in result.task_results("Compile Horovod on the builder node")
+        if r.status == "changed"
+    ]
+    for node in gpu.cluster().nodes:
+        check = ssh(node, f"{USER_ENV}/bin/python -m horovod.runner.launch --check-build")
+        assert "[X] PyTorch" in check.stdout and "[X] MPI" in check.stdout, check.stdout
+        markers = ssh(
+            node,
+            "cat /var/lib/mpictl/horovod/*.fingerprint"
+            " /opt/mpictl/venv/.mpictl-horovod-fingerprint",
+        ).stdout.split()
+        assert len(markers) == 2 and markers[0] == markers[1], (node.name, markers)
+
+    again = gpu.provision(named, tags="horovod")
+    assert again.ok and changed(again) == [], changed(again)
