@@ -34,10 +34,18 @@ class ClusterSettings:
     hostfile: str  # the hostfile the hostfile role renders
     tools_dir: str  # the smoke and bench programs (mpi_jobs role)
     bin_dir: str  # the torch environment wrapper (mpi_jobs role)
+    # The interpreter Horovod was built into when it is not the cluster venv's (the horovod
+    # role's horovod_python; "" = the cluster venv).
+    horovod_python: str = ""
 
     @property
     def venv_python(self) -> str:
         return f"{self.venv}/bin/python"
+
+    @property
+    def horovod_interpreter(self) -> str:
+        """The Python that has Horovod: horovod_python where set, else the cluster venv's."""
+        return self.horovod_python or self.venv_python
 
     @property
     def torch_env(self) -> str:
@@ -95,4 +103,7 @@ def for_cluster(cluster: Cluster) -> ClusterSettings:
         if field != "user" and not value.startswith("/"):
             raise InventoryError(f"{cluster.head.name}: {var} must be an absolute path: {value}")
         values[field] = value.rstrip("/") if field != "user" else value
-    return ClusterSettings(**values)
+    horovod = _template(head_vars.get("horovod_python", ""), head_vars)
+    if not isinstance(horovod, str) or (horovod and not horovod.startswith("/")):
+        raise InventoryError(f"{cluster.head.name}: horovod_python must be an absolute path or ''")
+    return ClusterSettings(**values, horovod_python=horovod)

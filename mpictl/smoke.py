@@ -178,10 +178,18 @@ def preflight(
     settings = settings or cluster_settings.for_cluster(cluster)
     venv_python = settings.venv_python
     files = [settings.tool(PROGRAMS[s][0]) for s in suites]
-    modules = ["mpi4py", *(["horovod.torch"] if "horovod" in suites else [])]
+    # Horovod in another environment (horovod_python) is checked with that interpreter.
+    apart = "horovod" in suites and settings.horovod_interpreter != venv_python
+    modules = ["mpi4py", *(["horovod.torch"] if "horovod" in suites and not apart else [])]
     hosts = [n.address for n in cluster.nodes]
     cmd = f"{shlex.quote(venv_python)} - " + shlex.join([*files, *modules])
     outputs = remote.run_on_nodes(head, hosts, cmd, programs.source(PREFLIGHT), timeout=120)
+    horovod_outputs = {}
+    if apart:
+        hcmd = f"{shlex.quote(settings.horovod_interpreter)} - horovod.torch"
+        horovod_outputs = remote.run_on_nodes(
+            head, hosts, hcmd, programs.source(PREFLIGHT), timeout=120
+        )
     errors: list[str] = []
     horovod_missing: dict[str, str] = {}  # node -> why horovod.torch does not import
     horovod_ok: list[str] = []
@@ -206,6 +214,15 @@ def preflight(
                 f"{node.name}: {path} is missing; fix: `mpictl provision` (mpi_jobs role)"
             )
         mods = rec["modules"]
+        if apart:
+            hout = horovod_outputs.get(node.address)
+            hrec = next(iter(remote.json_lines(hout.stdout)), None) if hout and hout.ok else None
+            mods = {
+                **mods,
+                "horovod.torch": (hrec or {})
+                .get("modules", {})
+                .get("horovod.torch", f"{settings.horovod_interpreter} does not run"),
+            }
         if mods.get("mpi4py") != "ok":
             errors.append(
                 f"{node.name}: mpi4py does not import ({mods.get('mpi4py')}); "
@@ -271,9 +288,8 @@ def run_smoke(
                     )
                 )
             continue
-        options = LaunchOptions(
-            command=[settings.venv_python, "-u", settings.tool(program)], timeout=timeout
-        )
+        python = settings.horovod_interpreter if name == "horovod" else settings.venv_python
+        options = LaunchOptions(command=[python, "-u", settings.tool(program)], timeout=timeout)
         result, record = submit.submit(
             cluster,
             options,

@@ -337,3 +337,40 @@ def test_a_named_environment_is_read_without_importing_torch(tmp_path: Path) -> 
 
 def test_an_environment_without_torch_says_so(tmp_path: Path) -> None:
     assert python_env(tmp_path)["torch"] is None
+
+
+# --- the job side follows horovod_python ------------------------------------------------------
+
+
+def test_settings_name_the_interpreter_horovod_was_built_into() -> None:
+    from mpictl import settings
+    from mpictl.errors import InventoryError
+    from tests.unit.jobside import cluster, node
+
+    plain = settings.for_cluster(cluster(node("a"), node("b")))
+    assert plain.horovod_interpreter == plain.venv_python
+    named = cluster(node("a", vars={"horovod_python": "/usr/bin/python3"}), node("b"))
+    assert settings.for_cluster(named).horovod_interpreter == "/usr/bin/python3"
+    bad = cluster(node("a", vars={"horovod_python": "python3"}), node("b"))
+    with pytest.raises(InventoryError, match="a: horovod_python must be an absolute path"):
+        settings.for_cluster(bad)
+
+
+def test_smoke_checks_horovod_with_the_named_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mpictl import remote, smoke
+    from tests.unit.jobside import cluster, node
+
+    commands: list[str] = []
+
+    def fake(head, hosts, command, program="", **kw):  # type: ignore[no-untyped-def]
+        commands.append(command)
+        mods = {"horovod.torch": "ok"} if "/usr/bin/python3" in command else {"mpi4py": "ok"}
+        line = json.dumps({"missing": [], "modules": mods}) + "\n"
+        return {h: remote.NodeOutput(h, 0, line, "") for h in hosts}
+
+    monkeypatch.setattr(remote, "run_on_nodes", fake)
+    c = cluster(node("node1", vars={"horovod_python": "/usr/bin/python3"}), node("node2"))
+    errors, skip = smoke.preflight(c, None, ["mpi", "horovod"])  # type: ignore[arg-type]
+    assert (errors, skip) == ([], {})
+    assert commands[1] == "/usr/bin/python3 - horovod.torch"
+    assert "horovod.torch" not in commands[0]
