@@ -134,11 +134,14 @@ class NodeState:
     action: str = ""
 
 
-def clone_inventory(dst: Path, name: str, subnet: str, port_base: int) -> Path:
+def clone_inventory(
+    dst: Path, name: str, subnet: str, port_base: int, count: int | None = None
+) -> Path:
     """Copy ``inventories/sandbox`` to ``dst`` as an independent sandbox.
 
-    Hosts keep their names; ``sandbox_name`` and ``sandbox_subnet`` are replaced, and host i
-    gets ``ansible_port`` ``port_base + i`` and ``sandbox_ip`` ``.11 + i`` of ``subnet``. Tests,
+    Hosts keep their names (``count``: ``node1``..``node<count>`` instead, the head still
+    ``node1``); ``sandbox_name`` and ``sandbox_subnet`` are replaced, and host i gets
+    ``ansible_port`` ``port_base + i`` and ``sandbox_ip`` ``.11 + i`` of ``subnet``. Tests,
     benchmarks and parallel users run such copies side by side with the default sandbox.
     """
     import yaml
@@ -155,6 +158,11 @@ def clone_inventory(dst: Path, name: str, subnet: str, port_base: int) -> Path:
     data = yaml.safe_load(hosts_file.read_text())
     prefix = subnet.rsplit(".", 1)[0]
     hosts = data["all"]["children"]["mpi_nodes"]["hosts"]
+    if count is not None:
+        if not 1 <= count <= 200:
+            raise SandboxError(f"a sandbox has 1..200 nodes, not {count}")
+        hosts = {f"node{i + 1}": {} for i in range(count)}
+        data["all"]["children"]["mpi_nodes"]["hosts"] = hosts
     for index, host in enumerate(hosts):
         hosts[host]["ansible_port"] = port_base + index
         hosts[host]["sandbox_ip"] = f"{prefix}.{11 + index}"

@@ -1,0 +1,156 @@
+"""Benchmark: provisioning at cluster scale (issue 16) on sandboxes of 3, 6 and 12 nodes.
+
+python bench/scale.py [--nodes 3,6,12] [--distribution fanout|controller] [--plot FILE.png]
+
+For each node count: a sandbox of that many nodes (a copy of the sandbox inventory, its own name,
+subnet and ports, `mpi_slots: 1`, CUDA mounted so the cached OpenMPI build's fingerprint
+matches), brought up, then provisioned with the components OpenMPI + mpi4py + the job tools (the
+plays ssh, environment, hostfile, openmpi, mpi4py, jobs; NCCL, Horovod and Slurm off: the whole
+stack on 12 nodes does not fit a 2-core machine) from the warm artifact cache, then provisioned
+again with nothing to change; then torn down.
+
+Per node count it reports the fresh install's wall time, the no-change re-run's wall time and
+task results (every runner_on_ok/changed/skipped/failed event of the run), and the bytes the
+controller sent to the nodes during each: the tx_bytes counter of the sandbox network's bridge
+on this host, read before and after (frames this host sent into the cluster network: the
+controller's SSH sessions; node-to-node traffic is switched between the nodes' ports and never
+passes the bridge's own interface). `--distribution controller` measures the old way (the
+controller copies every artifact to every node) for the "before" column.
+
+The artifact cache must be warm (run `bash scripts/demo.sh` or the test suite once). Writes JSON
+to bench/out/scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mpictl import paths, provision, sandbox  # noqa: E402
+from mpictl.sandbox import podman  # noqa: E402
+
+TAGS = "ssh,environment,hostfile,openmpi,mpi4py,jobs"
+OFF = {"nccl_enabled": False, "horovod_enabled": False, "slurm_enabled": False}
+TASK_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable")
+
+
+def bridge_tx(name: str) -> int:
+    """Bytes this host has sent into sandbox ``name``'s network (its bridge's tx_bytes)."""
+    net = podman.network(name) or {}
+    interface = net.get("network_interface")
+    if not interface:
+        raise SystemExit(f"no bridge interface for podman network {name}")
+    return int(Path(f"/sys/class/net/{interface}/statistics/tx_bytes").read_text())
+
+
+def source_vars() -> dict[str, Any]:
+    path = paths.cache_dir() / "sources" / "test-sources.yml"
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: run `bash scripts/fetch-test-sources.sh` first")
+    return dict(yaml.safe_load(path.read_text()))
+
+
+def timed_provision(inv: Path, name: str, extravars: dict[str, Any]) -> dict[str, Any]:
+    before = bridge_tx(name)
+    start = time.perf_counter()
+    _, result = provision.provision(inv, tags=TAGS, extravars=extravars)
+    wall = time.perf_counter() - start
+    sent = bridge_tx(name) - before
+    if not result.ok:
+        raise SystemExit(f"{inv}: provision failed: {result.failed_hosts()}")
+    tasks = sum(1 for e in result.events if e.get("event") in TASK_EVENTS)
+    changed = sum(s.changed for s in result.stats.values())
+    return {"seconds": round(wall, 1), "tasks": tasks, "changed": changed, "bytes": sent}
+
+
+def measure(count: int, distribution: str, base: Path) -> dict[str, Any]:
+    name = f"mpictl-scale{count}"
+    subnet = f"10.89.{60 + count}.0/24"
+    inv = sandbox.clone_inventory(base / name, name, subnet, 2300 + count * 20, count=count)
+    sandbox.down(inv)
+    try:
+        start = time.perf_counter()
+        sandbox.up(inv, cuda=Path("/usr/local/cuda").is_dir())
+        up = time.perf_counter() - start
+        extravars = {**source_vars(), **OFF, "build_once_distribution": distribution}
+        fresh = timed_provision(inv, name, extravars)
+        noop = timed_provision(inv, name, extravars)
+    finally:
+        sandbox.down(inv)
+    return {
+        "nodes": count,
+        "distribution": distribution,
+        "up_s": round(up, 1),
+        "fresh": fresh,
+        "noop": noop,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'nodes':>5} {'distribution':>12} {'fresh (s)':>10} {'fresh MB sent':>14} "
+        f"{'no-change (s)':>14} {'tasks':>6} {'changed':>8} {'no-change MB':>13}"
+    ]
+    for r in rows:
+        f, n = r["fresh"], r["noop"]
+        lines.append(
+            f"{r['nodes']:>5} {r['distribution']:>12} {f['seconds']:>10.1f} "
+            f"{f['bytes'] / 1e6:>14.1f} {n['seconds']:>14.1f} {n['tasks']:>6} "
+            f"{n['changed']:>8} {n['bytes'] / 1e6:>13.2f}"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nodes = [r["nodes"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.plot(nodes, [r["fresh"]["seconds"] for r in rows], "o-", label="fresh install")
+    a.plot(nodes, [r["noop"]["seconds"] for r in rows], "o-", label="no-change run")
+    a.set_xlabel("nodes")
+    a.set_ylabel("seconds")
+    a.legend()
+    b.plot(nodes, [r["fresh"]["bytes"] / 1e6 for r in rows], "o-", label="fresh install")
+    b.set_xlabel("nodes")
+    b.set_ylabel("MB the controller sent")
+    b.legend()
+    fig.suptitle(f"mpictl provision ({rows[0]['distribution']} distribution)")
+    fig.tight_layout()
+    fig.savefig(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="3,6,12")
+    parser.add_argument("--distribution", choices=("fanout", "controller"), default="fanout")
+    parser.add_argument("--plot", type=Path)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mpictl-scale-") as tmp:
+        for count in (int(n) for n in args.nodes.split(",")):
+            rows.append(measure(count, args.distribution, Path(tmp)))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print(table(rows))
+    out = ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "scale.json").write_text(json.dumps(rows, indent=2) + "\n")
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()
