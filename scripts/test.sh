@@ -15,7 +15,7 @@ export MPICTL_CACHE_DIR=${MPICTL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpic
 tier=${1:-all}
 ruff check mpictl tests bench filter_plugins roles examples
 ruff format --check mpictl tests bench filter_plugins roles examples
-shellcheck scripts/*.sh .ci/run mpictl/scripts/*.sh mpictl/scripts/mpictl-torch-env
+shellcheck scripts/*.sh bench/*.sh .ci/run mpictl/scripts/*.sh mpictl/scripts/mpictl-torch-env
 ansible-lint --nocolor -q playbooks roles
 pytest -q -p no:cacheprovider tests/unit
 if [ "$tier" = all ]; then
