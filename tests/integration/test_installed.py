@@ -111,7 +111,14 @@ def test_the_installed_tool_runs_the_whole_path(
     # NCCL and Horovod stay out (not what this test is about); the CUDA mount stays as for the
     # session's sandbox, so OpenMPI's fingerprint (CUDA-aware or not) is the cached one.
     extra.write_text(
-        yaml.safe_dump({**source_vars, "nccl_enabled": "false", "horovod_enabled": False})
+        yaml.safe_dump(
+            {
+                **source_vars,
+                "nccl_enabled": "false",
+                "horovod_enabled": False,
+                "slurm_enabled": False,
+            }
+        )
     )
     installed.mpictl("sandbox", "down", "-i", str(inv))
     cuda = ["--cuda"] if Path("/usr/local/cuda").is_dir() else []

@@ -71,7 +71,14 @@ def site(
     # NCCL and Horovod stay out; the CUDA mount as for the session's sandbox keeps OpenMPI's
     # fingerprint the cached one (nothing compiles here).
     extra.write_text(
-        yaml.safe_dump({**source_vars, "nccl_enabled": "false", "horovod_enabled": False})
+        yaml.safe_dump(
+            {
+                **source_vars,
+                "nccl_enabled": "false",
+                "horovod_enabled": False,
+                "slurm_enabled": False,
+            }
+        )
     )
     env = {**os.environ, "MPICTL_STATE_DIR": str(state)}
     s = Site(inv, env)
