@@ -158,7 +158,10 @@ def test_unknown_tags_are_refused_naming_the_valid_ones(
     proc = run_cli("provision", "-i", str(data / "cluster.ini"), *args)
     assert_one_line_error(proc, fragment, "(valid: ")
     if "--playbook" not in args:
-        assert "environment, horovod, hostfile, jobs, mpi4py, nccl, openmpi, ssh)" in proc.stderr
+        assert (
+            "environment, horovod, hostfile, jobs, mpi4py, nccl, openmpi, slurm, ssh)"
+            in proc.stderr
+        )
     assert not (isolated_state / "runs").exists()
 
 
@@ -184,6 +187,7 @@ def test_list_tags_prints_the_components_and_runs_nothing(isolated_state: Path) 
         "nccl",
         "horovod",
         "jobs",
+        "slurm",
     ]
     assert not isolated_state.exists()
 

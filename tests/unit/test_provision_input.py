@@ -13,7 +13,17 @@ from mpictl.provision import check_tags, play_tags, resolve_playbook
 from mpictl.runner import HostStats, RunResult, first_error
 from mpictl.ui import failure_summary
 
-COMPONENTS = ["ssh", "environment", "hostfile", "openmpi", "mpi4py", "nccl", "horovod", "jobs"]
+COMPONENTS = [
+    "ssh",
+    "environment",
+    "hostfile",
+    "openmpi",
+    "mpi4py",
+    "nccl",
+    "horovod",
+    "jobs",
+    "slurm",
+]
 
 
 # --- playbooks ---------------------------------------------------------------------------------
@@ -31,7 +41,7 @@ def test_anything_else_is_refused_with_the_valid_names(name: str) -> None:
     with pytest.raises(UsageError) as err:
         resolve_playbook(name)
     assert f"unknown playbook '{name}'" in str(err.value)
-    assert "site.yml, ssh.yml" in str(err.value)
+    assert "site.yml, slurm.yml, ssh.yml" in str(err.value)
 
 
 # --- tags --------------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def test_tasks_use_fqcn_and_command_tasks_declare_changed_when(role: Path) -> No
 
 
 # Variables whose value is, or points at, a secret whose content a task might read or copy.
-SECRETS = ("mpi_ssh_key_path",)
+SECRETS = ("mpi_ssh_key_path", "slurm_munge_key_path")
 CONTENT_MODULES = {"ansible.builtin.copy", "ansible.builtin.slurp", "ansible.builtin.template"}
 
 
