@@ -3,7 +3,9 @@
 Same JSON line format as smoke_mpi.py ("suite": "horovod"): allreduce (sum of the ranks),
 broadcast (every rank ends with rank 0's tensor), allgather (every rank's row, in rank order).
 Each rank checks the computed expected values; rank 0 reports. A test passes only when its ranks
-ran on at least two distinct hosts. Installed by the mpi_jobs role.
+ran on at least two distinct hosts. Tensors live on the rank's GPU (cuda:LOCAL_RANK mod GPUs) where
+PyTorch sees one and Horovod has NCCL operations, else on the CPU; the start line says which.
+Installed by the mpi_jobs role.
 """
 
 from __future__ import annotations
@@ -19,24 +21,37 @@ import horovod.torch as hvd
 import torch
 
 N = 8
+# Where the tensors live: the rank's GPU when PyTorch sees one and Horovod has NCCL operations
+# (so the suite runs Horovod's GPU path), else the CPU. Set in main() after hvd.init().
+DEVICE = torch.device("cpu")
+
+
+def pick_device() -> torch.device:
+    if torch.cuda.is_available() and torch.cuda.device_count() and hvd.nccl_built():
+        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
 
 
 def test_allreduce(rank: int, size: int) -> list[str]:
-    out = hvd.allreduce(torch.tensor([float(rank)] * N), op=hvd.Sum, name="smoke.allreduce")
+    out = hvd.allreduce(
+        torch.tensor([float(rank)] * N, device=DEVICE), op=hvd.Sum, name="smoke.allreduce"
+    )
     want = float(size * (size - 1) // 2)
     bad = [v for v in out.tolist() if abs(v - want) > 1e-6]
     return [f"allreduce sum is {bad[0]}, want {want}"] if bad else []
 
 
 def test_broadcast(rank: int, size: int) -> list[str]:
-    tensor = torch.arange(N, dtype=torch.float32) * (rank + 1)
+    tensor = torch.arange(N, dtype=torch.float32, device=DEVICE) * (rank + 1)
     out = hvd.broadcast(tensor, root_rank=0, name="smoke.broadcast")
     want = [float(i) for i in range(N)]
     return [] if out.tolist() == want else [f"broadcast got {out.tolist()}, want {want}"]
 
 
 def test_allgather(rank: int, size: int) -> list[str]:
-    row = torch.tensor([[float(rank), float(rank * 10)]])
+    row = torch.tensor([[float(rank), float(rank * 10)]], device=DEVICE)
     out = hvd.allgather(row, name="smoke.allgather")
     want = [[float(r), float(r * 10)] for r in range(size)]
     return [] if out.tolist() == want else [f"allgather got {out.tolist()}, want {want}"]
@@ -50,7 +65,9 @@ TESTS: list[tuple[str, Callable[[int, int], list[str]]]] = [
 
 
 def main() -> int:
+    global DEVICE
     hvd.init()
+    DEVICE = pick_device()
     rank, size = hvd.rank(), hvd.size()
     host = socket.gethostname()
     hosts = hvd.allgather_object(host)
@@ -62,6 +79,7 @@ def main() -> int:
                     "event": "start",
                     "ranks": size,
                     "rank_hosts": hosts,
+                    "device": DEVICE.type,
                     "library": f"horovod {hvd.__version__ if hasattr(hvd, '__version__') else ''}",
                 }
             ),
