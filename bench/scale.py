@@ -17,14 +17,16 @@ controller's SSH sessions; node-to-node traffic is switched between the nodes' p
 passes the bridge's own interface). `--distribution controller` measures the old way (the
 controller copies every artifact to every node) for the "before" column.
 
-The artifact cache must be warm (run `bash scripts/demo.sh` or the test suite once). Writes JSON
-to bench/out/scale.json.
+Each sandbox has a state directory of its own (fact cache, keys), so its nodes' facts never mix
+with another cluster's nodes of the same names. The artifact cache must be warm (run
+`bash scripts/demo.sh` or the test suite once). Writes JSON to bench/out/scale.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -67,7 +69,12 @@ def timed_provision(inv: Path, name: str, extravars: dict[str, Any]) -> dict[str
     wall = time.perf_counter() - start
     sent = bridge_tx(name) - before
     if not result.ok:
-        raise SystemExit(f"{inv}: provision failed: {result.failed_hosts()}")
+        why = [
+            f"{r.host}: {r.task}: {r.result.get('msg')}"
+            for r in result.task_results()
+            if r.status in ("failed", "unreachable")
+        ]
+        raise SystemExit(f"{inv}: provision failed on {result.failed_hosts}: {why[:3]}")
     tasks = sum(1 for e in result.events if e.get("event") in TASK_EVENTS)
     changed = sum(s.changed for s in result.stats.values())
     return {"seconds": round(wall, 1), "tasks": tasks, "changed": changed, "bytes": sent}
@@ -76,6 +83,8 @@ def timed_provision(inv: Path, name: str, extravars: dict[str, Any]) -> dict[str
 def measure(count: int, distribution: str, base: Path) -> dict[str, Any]:
     name = f"mpictl-scale{count}"
     subnet = f"10.89.{60 + count}.0/24"
+    # a state dir of its own: its fact cache, cluster key and sandbox keys (node names repeat)
+    os.environ["MPICTL_STATE_DIR"] = str(base / f"{name}-state")
     inv = sandbox.clone_inventory(base / name, name, subnet, 2300 + count * 20, count=count)
     sandbox.down(inv)
     try:

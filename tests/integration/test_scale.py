@@ -92,7 +92,7 @@ def test_a_node_stopped_during_the_fanout_fails_the_run_naming_it_and_the_rerun_
     )
     assert stopped.is_set()
     assert not failed.ok
-    assert failed.failed_hosts() == [victim.name], failed.stats
+    assert failed.failed_hosts == [victim.name], failed.stats
     sandbox.up(inv, cuda=Path("/usr/local/cuda").is_dir())  # starts the stopped node again
     _, again = provision.provision(inv, tags="openmpi", extravars=extravars)
     assert again.ok, again.stats

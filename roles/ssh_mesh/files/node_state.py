@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import pwd
+import socket
+import subprocess
 import sys
 
 args = json.loads(sys.argv[1])
@@ -52,6 +54,44 @@ for path in sorted(glob.glob("/etc/ssh/ssh_host_*_key.pub")):
     with open(path, encoding="utf-8") as handle:
         host_keys.append(handle.read().strip())
 
+
+def ip(*args):
+    try:
+        return subprocess.run(
+            ["ip", "-o", "-4", *args], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def ipv4_addresses():
+    """(interface, address) of every IPv4 address of the node (``ip -o -4 addr show``)."""
+    found = []
+    for line in ip("addr", "show").splitlines():
+        fields = line.split()
+        if "inet" in fields and len(fields) > 1:
+            found.append((fields[1], fields[fields.index("inet") + 1].split("/")[0]))
+    return found
+
+
+def default_interface():
+    for line in ip("route", "show", "default").splitlines():
+        fields = line.split()
+        if "dev" in fields:
+            return fields[fields.index("dev") + 1]
+    return ""
+
+
+# The names and addresses other nodes may reach this one by (known_hosts lists them all), read
+# fresh each run: a renamed or re-addressed node is pinned under its new names.
+addresses = ipv4_addresses()
+names = {
+    "hostname": socket.gethostname().split(".")[0],
+    "fqdn": socket.getfqdn(),
+    "ipv4": [address for _, address in addresses],
+    "default_ipv4": next((a for dev, a in addresses if dev == default_interface()), ""),
+}
+
 print(
     json.dumps(
         {
@@ -65,6 +105,7 @@ print(
             "known_hosts": describe(args["known_hosts"], digest=True),
             "config": describe(os.path.join(ssh_dir, "config"), digest=True),
             "host_keys": host_keys,
+            "names": names,
         }
     )
 )
