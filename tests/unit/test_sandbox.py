@@ -365,3 +365,15 @@ def test_status_without_podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SandboxError, match="podman is not installed"):
         sandbox.status(write_inventory(tmp_path))
+
+
+def test_clone_inventory_with_a_node_count(tmp_path: Path) -> None:
+    from mpictl.sandbox.spec import read_sandbox
+
+    inv = sandbox.clone_inventory(tmp_path / "six", "mpictl-six", "10.89.50.0/24", 2271, count=6)
+    spec = read_sandbox(inv)
+    assert [n.name for n in spec.nodes] == [f"node{i}" for i in range(1, 7)]
+    assert [n.ssh_port for n in spec.nodes] == list(range(2271, 2277))
+    assert spec.nodes[-1].ip == "10.89.50.16" and spec.name == "mpictl-six"
+    with pytest.raises(SandboxError, match="1..200 nodes"):
+        sandbox.clone_inventory(tmp_path / "none", "x", "10.89.51.0/24", 2300, count=0)
