@@ -82,10 +82,10 @@ def timed_provision(inv: Path, name: str, extravars: dict[str, Any]) -> dict[str
 
 def measure(count: int, distribution: str, base: Path) -> dict[str, Any]:
     name = f"mpictl-scale{count}"
-    subnet = f"10.89.{60 + count}.0/24"
+    subnet = f"10.89.{100 + count}.0/24"  # clear of the tests' and Molecule's sandboxes
     # a state dir of its own: its fact cache, cluster key and sandbox keys (node names repeat)
     os.environ["MPICTL_STATE_DIR"] = str(base / f"{name}-state")
-    inv = sandbox.clone_inventory(base / name, name, subnet, 2300 + count * 20, count=count)
+    inv = sandbox.clone_inventory(base / name, name, subnet, 2600 + count * 20, count=count)
     sandbox.down(inv)
     try:
         start = time.perf_counter()
