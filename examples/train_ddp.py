@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 
 import torch
@@ -78,12 +80,14 @@ def main() -> None:
             print(json.dumps(record), flush=True)
     if rank == 0:
         print(json.dumps({"done": True, "seconds": round(time.perf_counter() - started, 3)}))
-    # Every rank is done before any leaves; the store the ranks share lives in rank 0, so rank 0
-    # leaves last (a rank whose store went away first can abort at exit).
+    # Every rank is done before any leaves. Then leave without the process group's teardown:
+    # under load, gloo's threads were seen aborting a rank at interpreter exit ("terminate called
+    # without an active exception", exit 134) after the training had finished, which would fail
+    # a job that did all its work.
     dist.barrier()
-    if rank == 0:
-        time.sleep(1.0)
-    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
