@@ -155,8 +155,23 @@ def _fetch(
     directory = record.extra["detached"]["dir"]
     offset = record.output_path.stat().st_size if record.output_path.exists() else 0
     args = [directory, str(offset), *(["follow"] if follow else [])]
+    payload = stream_output(head, record, _command("logs", *args), on_output)
+    _, state = parse_state(payload)
+    settle(record, state)
+    return state
+
+
+def stream_output(
+    head: remote.HeadSSH,
+    record: jobs.JobRecord,
+    command: str,
+    on_output: Callable[[str], None] | None,
+) -> str:
+    """Run ``command`` on the head, appending its stdout to the record's output as it comes (and
+    to ``on_output``); the payload of the ``mpictl-state ...`` line it ends with on stderr.
+    JobError when it failed or said no state; Ctrl-C kills it and propagates."""
     proc = subprocess.Popen(
-        head.argv(_command("logs", *args)),
+        head.argv(command),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -173,7 +188,7 @@ def _fetch(
                 log.flush()
                 if on_output is not None:
                     on_output(chunk.decode("utf-8", errors="replace"))
-        except KeyboardInterrupt:
+        except BaseException:
             proc.kill()
             proc.wait()
             raise
@@ -186,9 +201,7 @@ def _fetch(
             f"{head.node.name}: cannot read the output of job {record.id}: "
             f"{remote.last_line(text) or proc.returncode}"
         )
-    _, state = parse_state(marker.removeprefix("mpictl-state "))
-    settle(record, state)
-    return state
+    return marker.removeprefix("mpictl-state ")
 
 
 def cancel(

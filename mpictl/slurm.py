@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -182,59 +181,13 @@ def fetch_output(
     with detached.fetch_lock(record) as locked:
         if not locked:
             return None
-        proc = _logs_process(head, record, follow=follow)
-        err: list[bytes] = []
-        reader = threading.Thread(target=lambda: err.extend(proc.stderr or []), daemon=True)
-        reader.start()
-        try:
-            _copy(proc, record, on_output)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        proc.wait()
-        reader.join(timeout=5)
-        return _finish_fetch(head, record, proc.returncode, b"".join(err))
-
-
-def _logs_process(
-    head: remote.HeadSSH, record: jobs.JobRecord, *, follow: bool
-) -> subprocess.Popen[bytes]:
-    info = record.extra["slurm"]
-    offset = record.output_path.stat().st_size if record.output_path.exists() else 0
-    args = [info["id"], info["dir"], info.get("batch_host") or "-", str(offset)]
-    return subprocess.Popen(
-        head.argv(_command("logs", *args, *(["follow"] if follow else []))),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-
-
-def _copy(
-    proc: subprocess.Popen[bytes], record: jobs.JobRecord, on_output: Callable[[str], None] | None
-) -> None:
-    assert proc.stdout is not None
-    with record.output_path.open("ab") as log:
-        for chunk in iter(proc.stdout.readline, b""):
-            log.write(chunk)
-            log.flush()
-            if on_output is not None:
-                on_output(chunk.decode("utf-8", errors="replace"))
-
-
-def _finish_fetch(head: remote.HeadSSH, record: jobs.JobRecord, rc: int, err: bytes) -> SlurmState:
-    text = err.decode("utf-8", errors="replace")
-    marker = next((ln for ln in text.splitlines() if ln.startswith("mpictl-state ")), "")
-    if rc != 0 or not marker:
-        raise JobError(
-            f"{head.node.name}: cannot read the output of job {record.id}: "
-            f"{remote.last_line(text) or rc}"
-        )
-    state = parse_state(marker.removeprefix("mpictl-state "))
-    settle(record, state)
-    return state
+        info = record.extra["slurm"]
+        offset = record.output_path.stat().st_size if record.output_path.exists() else 0
+        args = [info["id"], info["dir"], info.get("batch_host") or "-", str(offset)]
+        command = _command("logs", *args, *(["follow"] if follow else []))
+        state = parse_state(detached.stream_output(head, record, command, on_output))
+        settle(record, state)
+        return state
 
 
 def cancel(head: remote.HeadSSH, record: jobs.JobRecord) -> SlurmState:
