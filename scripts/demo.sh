@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: a 3-node sandbox cluster, provisioned and smoke-tested.
+# The main job on a fresh machine: a 3-node sandbox cluster (with Slurm), provisioned and
+# smoke-tested, directly and through Slurm.
 #   bash scripts/demo.sh            (re-runs reuse the node image and the artifact cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,3 +19,5 @@ mpictl provision -e "@$sources_vars"
 mpictl hostfile
 mpictl doctor
 mpictl smoke --suite all
+# The sandbox runs Slurm too (slurm_enabled in its inventory): the same suite through sbatch/srun.
+mpictl smoke --suite mpi --launcher slurm
