@@ -50,6 +50,9 @@ job_state() {
     [ -n "$host" ] && [ "$host" != "(null)" ] || host=${3:--}
     nodes=$(field NodeList "$info") || nodes=-
     [ -n "$nodes" ] && [ "$nodes" != "(null)" ] || nodes=-
+    # node[1-3] -> node1,node2,node3 (the names, as the record keeps them)
+    [ "$nodes" = - ] || nodes=$(scontrol show hostnames "$nodes" 2>/dev/null | paste -sd, -)
+    [ -n "$nodes" ] || nodes=-
     code=$(field ExitCode "$info") || code=0:0
     sig=${code#*:}
     code=${code%%:*}
