@@ -337,3 +337,18 @@ def test_horovod_builds_into_an_existing_venv_with_its_own_torch(gpu: GpuSandbox
 
     again = gpu.provision(named, tags="horovod")
     assert again.ok and changed(again) == [], changed(again)
+
+    # The job side follows the inventory's horovod_python: smoke's Horovod suite runs with it.
+    group_vars = gpu.inventory / "group_vars" / "mpi_nodes.yml"
+    text = group_vars.read_text()
+    group_vars.write_text(text + f"\nhorovod_python: {USER_ENV}/bin/python\n")
+    try:
+        smoke = gpu.mpictl("smoke", "-i", str(gpu.inventory), "--suite", "horovod", "--json")
+    finally:
+        group_vars.write_text(text)
+    report = json.loads(smoke.stdout)
+    assert report["ok"], smoke.stdout + smoke.stderr
+    assert {r["result"] for r in report["results"]} == {"pass"}
+    (job,) = report["jobs"]
+    shown = gpu.ok("jobs", "show", job).stdout
+    assert f"{USER_ENV}/bin/python -u" in shown, shown
