@@ -350,5 +350,5 @@ def test_horovod_builds_into_an_existing_venv_with_its_own_torch(gpu: GpuSandbox
     assert report["ok"], smoke.stdout + smoke.stderr
     assert {r["result"] for r in report["results"]} == {"pass"}
     (job,) = report["jobs"]
-    shown = gpu.ok("jobs", "show", job).stdout
-    assert f"{USER_ENV}/bin/python -u" in shown, shown
+    record = json.loads((gpu.state / "jobs" / job / "job.json").read_text())
+    assert f"{USER_ENV}/bin/python" in json.dumps(record["command"]), record["command"]
