@@ -46,7 +46,9 @@ def ask_head(
 
 
 def _fix(provision: str) -> str:
-    return f"{provision} --tags slurm (slurm role)"
+    """``run `mpictl provision -i INV --tags slurm` (slurm role)``."""
+    command = provision.rstrip("`") if provision.endswith("`") else provision
+    return f"{command} --tags slurm{'`' if provision.endswith('`') else ''} (slurm role)"
 
 
 def node_checks(

@@ -42,7 +42,7 @@ def test_slurmd_stopped_on_node2_names_node2() -> None:
     assert ("srun on every node", "node2") in bad
     assert all(node == "node2" for _, node in bad)
     fix = next(c.fix for c in slurm.checks(three(), data, result, PROVISION) if not c.ok)
-    assert "--tags slurm" in fix
+    assert fix == "run `mpictl provision -i inv --tags slurm` (slurm role)"
 
 
 def test_a_different_munge_key_and_a_missing_node_and_no_pmix() -> None:
