@@ -180,7 +180,11 @@ def entry_runtime(entry: Mapping[str, Any]) -> Runtime:
 
 
 def remove_container(container: str, runtime: Runtime) -> None:
-    run(["rm", "-f", "-t", "2", container], runtime=runtime, what=f"removing {container}")
+    args = ["rm", "-f", "-t", "2", container]
+    # A node that stops by itself while podman stops it fails the first try ("could not be
+    # stopped: ... container state improper: stopped"); it is stopped then, so once more.
+    if run(args, runtime=runtime, check=False).returncode != 0:
+        run(args, runtime=runtime, what=f"removing {container}")
 
 
 def network(name: str) -> dict[str, Any] | None:
