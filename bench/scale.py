@@ -11,13 +11,10 @@ again with nothing to change; then torn down.
 
 Per node count it reports the fresh install's wall time, the no-change re-run's wall time and
 task results (every runner_on_ok/changed/skipped/failed event of the run), and the bytes the
-controller sent to the nodes during each. Measured on this host, before and after each run: the
-tx_bytes counter of the sandbox network's bridge (every frame this host sent into the cluster
-network; node-to-node traffic is switched between the nodes' ports and never passes the
-bridge's own interface), minus what the host only forwarded to the nodes from outside (apt's
-downloads from Debian's mirror: the byte and packet counters of netavark's FORWARD rule for the
-sandbox's subnet, plus 14 bytes of Ethernet header per packet). That forwarded part is reported
-as "mirror MB". `--distribution controller` measures the old way (the
+controller sent to the nodes during each: the tx_bytes counter of the sandbox network's bridge
+on this host, read before and after (frames this host sent into the cluster network: the
+controller's SSH sessions; node-to-node traffic is switched between the nodes' ports and never
+passes the bridge's own interface). `--distribution controller` measures the old way (the
 controller copies every artifact to every node) for the "before" column.
 
 Each sandbox has a state directory of its own (fact cache, keys), so its nodes' facts never mix
@@ -30,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,29 +55,6 @@ def bridge_tx(name: str) -> int:
     return int(Path(f"/sys/class/net/{interface}/statistics/tx_bytes").read_text())
 
 
-def forwarded_in(subnet: str) -> int:
-    """Bytes (as frames) this host forwarded from outside to ``subnet`` (netavark's rule)."""
-    try:
-        out = subprocess.run(
-            ["iptables", "-L", "NETAVARK_FORWARD", "-v", "-x", "-n"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0  # no iptables backend to read: everything counts as the controller's
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) >= 9 and fields[8] == subnet and "RELATED,ESTABLISHED" in line:
-            return int(fields[1]) + 14 * int(fields[0])
-    return 0
-
-
-def counters(name: str, subnet: str) -> tuple[int, int]:
-    return bridge_tx(name), forwarded_in(subnet)
-
-
 def source_vars() -> dict[str, Any]:
     path = paths.cache_dir() / "sources" / "test-sources.yml"
     if not path.is_file():
@@ -89,14 +62,12 @@ def source_vars() -> dict[str, Any]:
     return dict(yaml.safe_load(path.read_text()))
 
 
-def timed_provision(inv: Path, name: str, subnet: str, extravars: dict[str, Any]) -> dict[str, Any]:
-    tx0, fwd0 = counters(name, subnet)
+def timed_provision(inv: Path, name: str, extravars: dict[str, Any]) -> dict[str, Any]:
+    before = bridge_tx(name)
     start = time.perf_counter()
     _, result = provision.provision(inv, tags=TAGS, extravars=extravars)
     wall = time.perf_counter() - start
-    tx1, fwd1 = counters(name, subnet)
-    mirror = fwd1 - fwd0
-    sent = max(tx1 - tx0 - mirror, 0)
+    sent = bridge_tx(name) - before
     if not result.ok:
         why = [
             f"{r.host}: {r.task}: {r.result.get('msg')}"
@@ -106,13 +77,7 @@ def timed_provision(inv: Path, name: str, subnet: str, extravars: dict[str, Any]
         raise SystemExit(f"{inv}: provision failed on {result.failed_hosts}: {why[:3]}")
     tasks = sum(1 for e in result.events if e.get("event") in TASK_EVENTS)
     changed = sum(s.changed for s in result.stats.values())
-    return {
-        "seconds": round(wall, 1),
-        "tasks": tasks,
-        "changed": changed,
-        "bytes": sent,
-        "mirror_bytes": mirror,
-    }
+    return {"seconds": round(wall, 1), "tasks": tasks, "changed": changed, "bytes": sent}
 
 
 def measure(count: int, distribution: str, base: Path) -> dict[str, Any]:
@@ -127,8 +92,8 @@ def measure(count: int, distribution: str, base: Path) -> dict[str, Any]:
         sandbox.up(inv, cuda=Path("/usr/local/cuda").is_dir())
         up = time.perf_counter() - start
         extravars = {**source_vars(), **OFF, "build_once_distribution": distribution}
-        fresh = timed_provision(inv, name, subnet, extravars)
-        noop = timed_provision(inv, name, subnet, extravars)
+        fresh = timed_provision(inv, name, extravars)
+        noop = timed_provision(inv, name, extravars)
     finally:
         sandbox.down(inv)
     return {
@@ -143,14 +108,13 @@ def measure(count: int, distribution: str, base: Path) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"{'nodes':>5} {'distribution':>12} {'fresh (s)':>10} {'fresh MB sent':>14} "
-        f"{'mirror MB':>10} {'no-change (s)':>14} {'tasks':>6} {'changed':>8} {'no-change MB':>13}"
+        f"{'no-change (s)':>14} {'tasks':>6} {'changed':>8} {'no-change MB':>13}"
     ]
     for r in rows:
         f, n = r["fresh"], r["noop"]
         lines.append(
             f"{r['nodes']:>5} {r['distribution']:>12} {f['seconds']:>10.1f} "
-            f"{f['bytes'] / 1e6:>14.1f} {f.get('mirror_bytes', 0) / 1e6:>10.1f} "
-            f"{n['seconds']:>14.1f} {n['tasks']:>6} "
+            f"{f['bytes'] / 1e6:>14.1f} {n['seconds']:>14.1f} {n['tasks']:>6} "
             f"{n['changed']:>8} {n['bytes'] / 1e6:>13.2f}"
         )
     return "\n".join(lines)
