@@ -14,8 +14,10 @@ task results (every runner_on_ok/changed/skipped/failed event of the run), and t
 controller sent to the nodes during each: the tx_bytes counter of the sandbox network's bridge
 on this host, read before and after (frames this host sent into the cluster network: the
 controller's SSH sessions; node-to-node traffic is switched between the nodes' ports and never
-passes the bridge's own interface). `--distribution controller` measures the old way (the
-controller copies every artifact to every node) for the "before" column.
+passes the bridge's own interface). That total also holds what the nodes fetch from Debian's
+mirror through this host (apt) and Ansible's own traffic, the same for both distributions;
+`--distribution controller` measures the old way (the controller copies every artifact to
+every node), so the difference between the two runs is the artifacts' share.
 
 Each sandbox has a state directory of its own (fact cache, keys), so its nodes' facts never mix
 with another cluster's nodes of the same names. The artifact cache must be warm (run
