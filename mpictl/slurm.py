@@ -82,8 +82,11 @@ def _command(action: str, *args: str) -> str:
 
 
 def _spec(record: jobs.JobRecord) -> str:
+    """``ID:DIR:HOST``: the batch host when it was seen, else every node the job could have
+    run on (once slurmctld forgot the job, its files are looked for there)."""
     info = record.extra["slurm"]
-    return f"{info['id']}:{info['dir']}:{info.get('batch_host') or '-'}"
+    candidates = ",".join(str(h["host"]) for h in record.hosts) or "-"
+    return f"{info['id']}:{info['dir']}:{info.get('batch_host') or candidates}"
 
 
 def is_slurm(record: jobs.JobRecord) -> bool:
@@ -145,6 +148,8 @@ def settle(record: jobs.JobRecord, state: SlurmState) -> jobs.JobRecord:
     if state.state == "lost":
         return jobs.finish(current, exit_code=-1, status=jobs.UNKNOWN)
     code = state.exit_code if state.exit_code is not None else 1
+    if state.state == "failed" and code == 0:
+        code = 1  # NODE_FAIL, BOOT_FAIL, ...: Slurm ended it, the script never returned
     status = _STATUS.get(state.state, jobs.FAILED) if code == 0 else jobs.status_of(code)
     return jobs.finish(current, exit_code=code, status=status)
 
@@ -279,9 +284,9 @@ def follow(
     fetcher.start()
     with executor.EndingSignals() as signals:
         status, exit_code = executor.wait_until(fetcher.is_alive, timeout, started, signals)
-        if status:
-            _end(head, record, status, stream)
+        if status:  # finished first: the fetcher's settle then leaves the record alone
             jobs.finish(jobs.load(record.id), exit_code=exit_code, status=status)
+            _end(head, record, status, on_output)
     fetcher.join(timeout=30)
     if "error" in result and not status:
         error = result["error"]
@@ -292,13 +297,13 @@ def follow(
 
 
 def _end(
-    head: remote.HeadSSH, record: jobs.JobRecord, status: str, stream: Callable[[str], None]
+    head: remote.HeadSSH, record: jobs.JobRecord, status: str, on_output: OutputHandler | None
 ) -> None:
     info = record.extra.get("slurm") or jobs.load(record.id).extra["slurm"]
-    note = f"mpictl: {status}: cancelling Slurm job {info['id']}\n"
-    with record.output_path.open("a") as log:
-        log.write(note)
-    stream(note)
+    # only on the terminal: the record's output is the batch host's, byte for byte (its size is
+    # where the next fetch resumes)
+    if on_output is not None:
+        on_output("stderr", f"mpictl: {status}: cancelling Slurm job {info['id']}\n")
     proc = head.run(_command("cancel", _spec(jobs.load(record.id))), timeout=90)
     with contextlib.suppress(ValueError):
         _note(jobs.load(record.id), parse_state(remote.last_line(proc.stdout)))

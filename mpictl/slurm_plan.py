@@ -3,10 +3,12 @@
 ``-np`` -> ``--ntasks``, ``--ppn`` -> ``--ntasks-per-node``, ``--hosts`` -> ``--nodelist`` (and
 ``--nodes`` = their number, or every node when neither ``-np`` nor ``--hosts`` narrows the job, as
 plain ``run`` fills every slot), ``--oversubscribe`` -> ``--overcommit``, ``--workdir`` ->
-``--chdir``; ``--mca k=v`` -> ``OMPI_MCA_k=v`` and the network's variables exported as mpirun's
-plan passes them; ``-x`` exported; ``--torch``: ``MASTER_ADDR`` is the address of the allocation's
-first node (where srun puts rank 0). The one step is ``srun --mpi=pmix --label``. The script keeps
-its output, pid and srun's exit code in ``~/.mpictl/slurm/<id>/`` on its batch host.
+``--chdir``; on nodes that all have GPUs, ``--gres=gpu:N`` (N: the fewest any of them has, so
+the cgroup device rules do not hide them); ``--mca k=v`` -> ``OMPI_MCA_k=v`` and the network's
+variables exported as mpirun's plan passes them; ``-x`` exported; ``--torch``: ``MASTER_ADDR``
+is the address of the allocation's first node (where srun puts rank 0). The one step is ``srun
+--mpi=pmix --label``. The script keeps its output, pid and srun's exit code in
+``~/.mpictl/slurm/<id>/`` on its batch host.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ def allocation(cluster: Cluster, options: LaunchOptions) -> tuple[list[str], pla
         flags.append(f"--ntasks-per-node={options.ppn}")
     if options.oversubscribe:
         flags.append("--overcommit")
+    gpus = [n.gpus or 0 for n in where.nodes]
+    if gpus and min(gpus) > 0:  # the slurm role declares Gres=gpu:N; cgroups hide what is not asked
+        flags.append(f"--gres=gpu:{min(gpus)}")
     return flags, where
 
 

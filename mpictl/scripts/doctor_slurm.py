@@ -42,7 +42,8 @@ def sinfo() -> dict[str, str]:
 
 def srun_hostnames(nodes: list[str]) -> dict[str, Any]:
     cmd = ["srun", f"-N{len(nodes)}", "--ntasks-per-node=1", "--immediate=20", "-t", "1"]
-    rc, out, err = run([*cmd, "hostname", "-s"], timeout=60)
+    # the Slurm node name (the inventory name), whatever the machine's host name is
+    rc, out, err = run([*cmd, "printenv", "SLURMD_NODENAME"], timeout=60)
     return {"rc": rc, "hosts": sorted(set(out.split())), "error": last(err)}
 
 

@@ -6,7 +6,8 @@
 #   submit DIR                   the batch script on stdin -> DIR/job.sbatch, sbatch it;
 #                                prints "submitted SLURM_ID"
 #   state ID:DIR:HOST...         one "ID STATE EXIT HOST NODES" line per job (EXIT and HOST
-#                                "-" while unknown, NODES the allocation or "-")
+#                                "-" while unknown, NODES the allocation or "-"); HOST is the
+#                                recorded batch host, or the candidates a,b,c when none was seen
 #   logs ID DIR HOST OFFSET [follow]
 #                                the job's output from byte OFFSET (following it until the job
 #                                ends); last, on stderr: "mpictl-state ID STATE EXIT HOST NODES"
@@ -28,7 +29,10 @@ on_host() { # HOST COMMAND: run COMMAND (a shell line) on HOST, over the cluster
   if [ "$host" = "$me" ] || [ "$host" = localhost ]; then
     bash -c "$1"
   else
-    ssh -o BatchMode=yes -o ConnectTimeout=10 "$host" "$1"
+    # a Slurm node name is the inventory name; Slurm reaches it at NodeAddr (mpi_address)
+    local addr
+    addr=$(field NodeAddr "$(scontrol show node -o "$host" 2>/dev/null)") || addr=$host
+    ssh -o BatchMode=yes -o ConnectTimeout=10 "${addr:-$host}" "$1"
   fi
 }
 
@@ -47,7 +51,7 @@ job_state() {
   if [ -n "$info" ]; then
     state=$(field JobState "$info") || state=UNKNOWN
     host=$(field BatchHost "$info") || true
-    [ -n "$host" ] && [ "$host" != "(null)" ] || host=${3:--}
+    [ -n "$host" ] && [ "$host" != "(null)" ] || host=-
     nodes=$(field NodeList "$info") || nodes=-
     [ -n "$nodes" ] && [ "$nodes" != "(null)" ] || nodes=-
     # node[1-3] -> node1,node2,node3 (the names, as the record keeps them)
@@ -73,12 +77,18 @@ job_state() {
     echo "$id $state $code $host $nodes"
     return
   fi
-  # slurmctld forgot the job (MinJobAge): what the batch script left on its host
-  if [ "$host" != - ] && rc=$(on_host "$host" "cat $dir/exit_code 2>/dev/null") && [ -n "$rc" ]; then
-    if [ "$rc" = 0 ]; then echo "$id completed 0 $host -"; else echo "$id failed $rc $host -"; fi
-  else
-    echo "$id lost - $host -"
-  fi
+  # slurmctld forgot the job (MinJobAge): what the batch script left on its host (HOST may
+  # list the candidates, a,b,c, when the batch host was never seen)
+  local candidate
+  for candidate in $(echo "$host" | tr ',' ' '); do
+    [ "$candidate" != - ] || continue
+    if rc=$(on_host "$candidate" "cat $dir/exit_code 2>/dev/null") && [ -n "$rc" ]; then
+      if [ "$rc" = 0 ]; then state=completed; else state=failed; fi
+      echo "$id $state $rc $candidate -"
+      return
+    fi
+  done
+  echo "$id lost - ${host%%,*} -"
 }
 
 split_spec() { # ID:DIR:HOST -> sets id dir host
@@ -99,7 +109,9 @@ case $action in
     dir=$1
     mkdir -p "$dir" || exit 1
     cat >"$dir/job.sbatch" || exit 1
-    out=$(sbatch --parsable "$dir/job.sbatch" 2>&1) || { printf '%s\n' "$out" >&2; exit 1; }
+    # the job id is sbatch's stdout; its warnings go to stderr and do not mean a refusal
+    out=$(sbatch --parsable "$dir/job.sbatch") || exit 1
+    out=$(printf '%s\n' "$out" | tail -n 1)
     echo "submitted ${out%%;*}"
     ;;
   state)

@@ -334,3 +334,17 @@ def test_torch_wrapper_prefers_openmpis_variables_inside_an_allocation() -> None
         }
     )
     assert (got["RANK"], got["WORLD_SIZE"]) == ("2", "3")
+
+
+def test_gpu_nodes_ask_for_their_gpus() -> None:
+    from tests.unit.jobside import cluster, node
+
+    gpu = cluster(node("g1", 8, gpus=8), node("g2", 4, gpus=4))
+    p = slurm_plan.plan(gpu, LaunchOptions(command=["x"], ppn=1), "J1")
+    assert "--gres=gpu:4" in sbatch_flags(p.script)
+    assert not any(f.startswith("--gres") for f in sbatch_flags(build().script))
+
+
+def test_a_node_failure_is_not_exit_0() -> None:
+    record = slurm.settle(_record(), slurm.parse_state("12 failed 0 node1 node1"))
+    assert (record.status, record.exit_code) == (jobs.FAILED, 1)
