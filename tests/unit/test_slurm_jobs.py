@@ -252,6 +252,9 @@ def test_submit_follow_and_state_of_a_job_that_fails(tmp_path: Path) -> None:
     line = head.run("state", f"{sid}:{d}:{host}").stdout.strip()
     assert line.split()[1:3] == ["failed", "5"]
     assert head.run("state", f"{sid}:{d}:-").stdout.split()[1] == "lost"
+    # the batch host never recorded: every candidate node is asked (an unknown one fails fast)
+    found = head.run("state", f"{sid}:{d}:nosuch.invalid,{host}").stdout.split()
+    assert found[1:4] == ["failed", "5", host]
 
 
 def test_cancel_ends_a_running_job(tmp_path: Path) -> None:
