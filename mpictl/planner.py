@@ -170,31 +170,43 @@ def mca_args(mca: list[tuple[str, str]], network: Network | None) -> list[str]:
     return argv
 
 
-def _env_args(
-    cluster: Cluster,
+def user_names(env: Sequence[str]) -> set[str]:
+    """The names a user's ``-x NAME`` / ``-x NAME=VALUE`` items set."""
+    return {item.split("=", 1)[0] for item in env}
+
+
+def job_env(
     options: LaunchOptions,
     env: list[str],
-    nodes: list[Node],
     network: Network | None,
     job_id: str,
+    master_addr: str | None,
 ) -> list[str]:
-    argv = ["-x", f"MPICTL_JOB_ID={job_id}"]
-    user_env = {item.split("=", 1)[0] for item in env}
+    """What every rank gets, as ``NAME=VALUE`` (or a user's bare ``NAME``), whatever launches
+    it: the job id, the network's variables, torch's rendezvous (``MASTER_ADDR`` where the
+    launcher knows it now), then the user's ``-x`` items; a user's own name wins over a default.
+    """
+    items = [f"MPICTL_JOB_ID={job_id}"]
+    user_env = user_names(env)
     # NCCL picks the first interface it likes, often docker0 or a management NIC; name the
     # one MPI uses. Passed on every job (nothing reads it where NCCL is absent), so the job
     # record shows exactly what ran, and a user's own -x NCCL_SOCKET_IFNAME wins.
     if network is not None and "NCCL_SOCKET_IFNAME" not in user_env:
-        argv += ["-x", f"NCCL_SOCKET_IFNAME={network.nccl_socket_ifname}"]
+        items.append(f"NCCL_SOCKET_IFNAME={network.nccl_socket_ifname}")
     if options.torch:
         if network is not None and len(network.names) == 1 and "GLOO_SOCKET_IFNAME" not in user_env:
-            argv += ["-x", f"GLOO_SOCKET_IFNAME={network.names[0]}"]
-        if "MASTER_ADDR" not in user_env:
-            argv += ["-x", f"MASTER_ADDR={rank0_host(cluster, nodes).address}"]
+            items.append(f"GLOO_SOCKET_IFNAME={network.names[0]}")
+        if master_addr is not None and "MASTER_ADDR" not in user_env:
+            items.append(f"MASTER_ADDR={master_addr}")
         if "MASTER_PORT" not in user_env:
-            argv += ["-x", f"MASTER_PORT={options.master_port}"]
-    for item in env:
-        argv += ["-x", item]
-    return argv
+            items.append(f"MASTER_PORT={options.master_port}")
+    return items + list(env)
+
+
+def rank_command(options: LaunchOptions, settings: cluster_settings.ClusterSettings) -> list[str]:
+    """What every rank runs: the user's command, behind the torch wrapper with ``--torch``."""
+    command = list(options.command)
+    return [settings.torch_env, *command] if options.torch else command
 
 
 def plan(
@@ -225,10 +237,10 @@ def plan(
     argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
     argv += mca_args(mca, network)
     argv += ["--tag-output"]
-    argv += _env_args(cluster, options, env, where.nodes, network, job_id)
-    command = list(options.command)
-    if options.torch:
-        command = [settings.torch_env, *command]
+    master = rank0_host(cluster, where.nodes).address
+    for item in job_env(options, env, network, job_id, master):
+        argv += ["-x", item]
+    command = rank_command(options, settings)
     return LaunchPlan(
         mpirun=argv,
         command=command,

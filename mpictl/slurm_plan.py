@@ -56,30 +56,23 @@ def _exports(
     plan has them), the network, torch's rendezvous and the user's ``-x``."""
     env = planner.parse_env(options.env)
     mca = planner.parse_mca(options.mca)
-    lines = [f"export MPICTL_JOB_ID={shlex.quote(job_id)}"]
+    lines = []
     args = planner.mca_args(mca, net)
     for key, value in zip(args[1::3], args[2::3], strict=True):
         lines.append(f"export OMPI_MCA_{key}={shlex.quote(value)}")
-    user_env = {item.split("=", 1)[0] for item in env}
-    if net is not None and "NCCL_SOCKET_IFNAME" not in user_env:
-        lines.append(f"export NCCL_SOCKET_IFNAME={shlex.quote(net.nccl_socket_ifname)}")
-    if options.torch:
-        if net is not None and len(net.names) == 1 and "GLOO_SOCKET_IFNAME" not in user_env:
-            lines.append(f"export GLOO_SOCKET_IFNAME={shlex.quote(net.names[0])}")
-        if "MASTER_ADDR" not in user_env:
-            cases = " ".join(
-                f"{n.name}) MASTER_ADDR={shlex.quote(n.address)} ;;" for n in cluster.nodes
-            )
-            lines += [
-                'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-                f"case $first in {cases} *) MASTER_ADDR=$first ;; esac",
-                "export MASTER_ADDR",
-            ]
-        if "MASTER_PORT" not in user_env:
-            lines.append(f"export MASTER_PORT={options.master_port}")
-    for item in env:
+    for item in planner.job_env(options, env, net, job_id, master_addr=None):
         name, sep, value = item.partition("=")
         lines.append(f"export {name}={shlex.quote(value)}" if sep else f"export {name}")
+    if options.torch and "MASTER_ADDR" not in planner.user_names(env):
+        # rank 0 runs on the allocation's first node, known only once Slurm chose the nodes
+        cases = " ".join(
+            f"{n.name}) MASTER_ADDR={shlex.quote(n.address)} ;;" for n in cluster.nodes
+        )
+        lines += [
+            'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            f"case $first in {cases} *) MASTER_ADDR=$first ;; esac",
+            "export MASTER_ADDR",
+        ]
     return lines
 
 
@@ -124,9 +117,7 @@ def plan(
     srun = ["srun", "--mpi=pmix", "--label", "--kill-on-bad-exit=1"]
     if options.oversubscribe:
         srun.append("--overcommit")
-    command = list(options.command)
-    if options.torch:
-        command = [settings.torch_env, *command]
+    command = planner.rank_command(options, settings)
     return LaunchPlan(
         mpirun=srun,
         command=command,
