@@ -85,11 +85,12 @@ def default_interface():
 # The names and addresses other nodes may reach this one by (known_hosts lists them all), read
 # fresh each run: a renamed or re-addressed node is pinned under its new names.
 addresses = ipv4_addresses()
+route_dev = default_interface()  # once: the generator below would run `ip route` per address
 names = {
     "hostname": socket.gethostname().split(".")[0],
     "fqdn": socket.getfqdn(),
     "ipv4": [address for _, address in addresses],
-    "default_ipv4": next((a for dev, a in addresses if dev == default_interface()), ""),
+    "default_ipv4": next((a for dev, a in addresses if dev == route_dev), ""),
 }
 
 print(
