@@ -1,7 +1,8 @@
-"""Ansible filters of the nccl role: GPU architectures from ``nvidia-smi``, the ``-gencode`` flags
-NCCL is compiled with, the form ``nccl_cuda_archs`` must have, and whether a built library holds
-the architectures that were asked for. Pure (plain values in, plain values out), so the unit tests
-call them without Ansible."""
+"""Ansible filters of the GPU logic. nccl: GPU architectures from ``nvidia-smi``, the ``-gencode``
+flags NCCL is compiled with, the form ``nccl_cuda_archs`` must have, and whether a built library
+holds the architectures that were asked for. openmpi: whether a node's OpenMPI is built with CUDA,
+from what ``roles/openmpi/files/cuda_probe.sh`` found there. Pure (plain values in, plain values
+out), so the unit tests call them without Ansible."""
 
 from __future__ import annotations
 
@@ -98,6 +99,57 @@ def mpictl_cuda_build_mismatch(
     return "; ".join(problems)
 
 
+# What to do about each thing an OpenMPI build with CUDA lacks on a node.
+LIBCUDA_FIX = (
+    "install the NVIDIA driver (libcuda.so.1) or the CUDA toolkit's stubs"
+    " (lib64/stubs/libcuda.so), or set openmpi_cuda_libdir to the directory of a libcuda"
+)
+CUDA_H_FIX = "point openmpi_cuda_home at a CUDA toolkit with include/cuda.h"
+
+
+def mpictl_key_values(lines: Iterable[Any]) -> dict[str, str]:
+    """``KEY=VALUE`` lines as a dict (the value keeps any further ``=``); other lines ignored.
+    Surrounding white space goes (``raw`` output ends its lines with a carriage return)."""
+    out = {}
+    for line in lines:
+        key, sep, value = str(line).strip().partition("=")
+        if sep and key:
+            out[key] = value
+    return out
+
+
+def mpictl_openmpi_cuda(lines: Iterable[Any], mode: str) -> dict[str, Any]:
+    """Whether a node's OpenMPI is built with CUDA (``openmpi_cuda``: ``mode``), from the lines
+    of ``cuda_probe.sh`` on it: {"with_cuda", "nvcc", "libcuda", "why", "fix"}. ``why`` says what
+    is missing ('' when nothing is, and under ``disabled``) and ``fix`` what to do about it.
+
+    ``disabled``: never. ``auto``: where nvcc, cuda.h and a libcuda are all found (OpenMPI's
+    configure would otherwise drop CUDA silently, or stop without cuda.h). ``enabled``: where
+    cuda.h and a libcuda are found (nvcc is not needed); the caller stops the run when ``why``."""
+    probe = mpictl_key_values(lines)
+    home = probe.get("home", "")
+    nvcc = probe.get("nvcc") == "yes"
+    libcuda = probe.get("libcuda", "")
+    missing, fixes = [], []
+    if mode == "auto" and not nvcc:
+        missing.append(f"no {home}/bin/nvcc")
+    elif mode != "disabled":
+        if probe.get("cuda_h") != "yes":
+            missing.append(f"no {home}/include/cuda.h")
+            fixes.append(CUDA_H_FIX)
+        if not libcuda:
+            missing.append(f"no libcuda (looked at: {probe.get('searched', '')})")
+            fixes.append(LIBCUDA_FIX)
+    with_cuda = mode in ("auto", "enabled") and not missing
+    return {
+        "with_cuda": with_cuda,
+        "nvcc": nvcc,
+        "libcuda": libcuda if with_cuda else "",
+        "why": " and ".join(missing),
+        "fix": "; ".join(fixes),
+    }
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -106,4 +158,6 @@ class FilterModule:
             "mpictl_cuda_arch_problems": mpictl_cuda_arch_problems,
             "mpictl_cuda_gencode": mpictl_cuda_gencode,
             "mpictl_cuda_build_mismatch": mpictl_cuda_build_mismatch,
+            "mpictl_key_values": mpictl_key_values,
+            "mpictl_openmpi_cuda": mpictl_openmpi_cuda,
         }

@@ -16,6 +16,7 @@ tier=${1:-all}
 ruff check mpictl tests bench filter_plugins roles examples
 ruff format --check mpictl tests bench filter_plugins roles examples
 shellcheck scripts/*.sh bench/*.sh .ci/run mpictl/scripts/*.sh mpictl/scripts/mpictl-torch-env
+shellcheck -s sh roles/*/files/*.sh  # node probes, run with sh -c through raw
 ansible-lint --nocolor -q playbooks roles
 pytest -q -p no:cacheprovider tests/unit
 if [ "$tier" = all ]; then
