@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from mpictl import paths, provision, runner
+from tests.integration import stub_libcuda
 from tests.integration.nodes import ROOT, clone_sandbox_inventory
 
 IT_NAME = "mpictl-it"
@@ -59,12 +60,17 @@ def it_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def inventory(it_state: Path) -> Iterator[Path]:
-    """The inventory of the session's sandbox, brought up (with CUDA mounted when available)."""
+    """The inventory of the session's sandbox, brought up (with CUDA mounted when available, and
+    then the test stub of the driver's libcuda, so OpenMPI is built CUDA-aware: every test sandbox
+    that mounts CUDA does the same and shares that one OpenMPI build)."""
     from mpictl import sandbox
 
     inv = clone_sandbox_inventory(it_state / "inventory", IT_NAME, IT_SUBNET, IT_PORT_BASE)
     sandbox.down(inv)  # leftovers of an interrupted earlier session
-    sandbox.up(inv, cuda=Path("/usr/local/cuda").is_dir())
+    cuda = Path("/usr/local/cuda").is_dir()
+    sandbox.up(inv, cuda=cuda)
+    if cuda:
+        stub_libcuda.install(inv)
     yield inv
     if not os.environ.get("MPICTL_KEEP_SANDBOX"):
         sandbox.down(inv)

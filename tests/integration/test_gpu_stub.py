@@ -1,16 +1,19 @@
 """The GPU path without a GPU (issue 15): a 2-node sandbox of its own (``mpictl-gpu``) whose nodes
 answer ``nvidia-smi`` through the test stub (``stub_nvidia_smi.py``, installed here, never by a
-role): node1 has two 9.0 GPUs (H100), node2 eight 8.0 GPUs (A100), and no ``mpi_slots`` is set.
+role) and have the test stub of the driver's ``libcuda.so.1`` (``stub_libcuda.py``): node1 has
+two 9.0 GPUs (H100), node2 eight 8.0 GPUs (A100), and no ``mpi_slots`` is set.
 
-One provision (the module fixture; CUDA mounted as for the session's sandbox, so OpenMPI, mpi4py
-and Horovod come from the artifact cache, and NCCL compiles once for sm_80+sm_90 with the test
-kernel subset, ~2x the session's sm_90 compile on a cold cache) proves: NCCL's architectures come
-from the nodes' GPUs (one fat build, its library holds exactly those), mpi_slots defaults to the
-GPU count, ``mpictl run --torch`` pins every local rank to its GPU (round-robin when
-oversubscribed); OpenMPI's CUDA awareness is checked with ompi_info (a strict xfail today: see
-the test). Bad input (a driver that is not loaded, a dotted
-architecture, a named Python environment that is missing) stops the run in preflight, naming the
-node, with nothing changed. Horovod builds into an existing venv with its own PyTorch."""
+One provision (the module fixture; CUDA and the stub libcuda as in the session's sandbox, so
+OpenMPI, mpi4py and Horovod come from the artifact cache, and NCCL compiles once for sm_80+sm_90
+with the test kernel subset, ~2x the session's sm_90 compile on a cold cache) proves: NCCL's
+architectures come from the nodes' GPUs (one fat build, its library holds exactly those),
+mpi_slots defaults to the GPU count, ``mpictl run --torch`` pins every local rank to its GPU
+(round-robin when oversubscribed); OpenMPI is CUDA-aware (ompi_info) and its jobs run quietly on
+nodes whose driver sees no GPU. Bad input (a driver that is not loaded, a dotted architecture, a
+named Python environment that is missing, openmpi_cuda enabled on a node without libcuda) stops
+the run in preflight, naming the node, with nothing changed; under openmpi_cuda auto such a node
+builds without CUDA and the run says why. Horovod builds into an existing venv with its own
+PyTorch."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import yaml
 
 from mpictl import paths, provision, runner
 from mpictl.inventory import Cluster, Node, load_inventory
+from tests.integration import stub_libcuda
 from tests.integration.conftest import describe_failures
 from tests.integration.nodes import ROOT, clone_sandbox_inventory, run_cli, ssh, ssh_base
 
@@ -142,6 +146,7 @@ def gpu(
     sbx.mpictl("sandbox", "down", "-i", str(inv))
     sbx.ok("sandbox", "up", "-i", str(inv), "--cuda", timeout=900)
     try:
+        stub_libcuda.install(inv)
         for node in sbx.cluster().nodes:
             put(node, "/usr/local/bin/nvidia-smi", STUB.read_text(), mode="0755")
             set_gpus(node, GPUS[node.name])
@@ -203,22 +208,82 @@ def test_torch_pins_every_local_rank_to_its_gpu(gpu: GpuSandbox) -> None:
     ]
 
 
-# Known gap, found by this test: OpenMPI 5.0.7's configure (config/opal_check_cuda.m4) finds
-# cuda.h with --with-cuda=DIR, then links a test against libcuda.so (cuMemFree), found by
-# `find -H DIR -name libcuda.so` (a full toolkit's lib64/stubs/libcuda.so) or the driver; when
-# that fails it turns CUDA support off silently ("MCA accelerator: null"). The CUDA 13 toolkit
-# mounted into the sandbox has no stubs/ and the nodes no driver, so the cached OpenMPI built
-# with --with-cuda is not CUDA-aware. Fix (openmpi role): find libcuda (toolkit stubs, else the
-# driver's libcuda.so.1 through a symlink dir) and pass --with-cuda-libdir, CUDA only where it is
-# found under auto, fail in preflight under enabled, and assert mpi_built_with_cuda_support in
-# verify; a fingerprint change, so one OpenMPI (and mpi4py, Horovod) rebuild per cache.
-@pytest.mark.xfail(
-    strict=True, reason="OpenMPI's configure drops CUDA without libcuda.so (openmpi role gap)"
-)
 def test_openmpi_is_cuda_aware_with_a_toolkit_on_the_node(gpu: GpuSandbox) -> None:
+    flags = {
+        r.host: r.result.get("ansible_facts", {}).get("_openmpi_configure_all")
+        for r in gpu.first.task_results("Assemble the OpenMPI configure flags of the node")  # type: ignore[attr-defined]
+    }
+    cuda = [
+        "--with-cuda=/usr/local/cuda",
+        "--with-cuda-libdir=/var/tmp/mpictl-build/openmpi/cuda-libdir",
+    ]
+    assert {h: [f for f in v if "cuda" in f] for h, v in flags.items()} == {n: cuda for n in GPUS}
     for node in gpu.cluster().nodes:
         proc = ssh(node, "ompi_info --parsable --all | grep mpi_built_with_cuda_support:value")
         assert proc.stdout.strip().endswith(":true"), (node.name, proc.stdout, proc.stderr)
+    checked = gpu.first.task_results("Check that OpenMPI is CUDA-aware")  # type: ignore[attr-defined]
+    assert sorted(r.host for r in checked if r.status == "ok") == sorted(GPUS)
+
+
+def test_jobs_of_the_cuda_aware_openmpi_say_nothing_about_cuda_without_a_gpu(
+    gpu: GpuSandbox,
+) -> None:
+    # One rank per node: the ranks talk across nodes, every buffer checked by OpenMPI's CUDA
+    # accelerator against the stub driver (no GPU: host memory, no message).
+    job = ["run", "-i", str(gpu.inventory), "--ppn", "1", "-np", "2", "--"]
+    plain = gpu.ok(*job, "hostname")
+    allreduce = "from mpi4py import MPI; print('sum', MPI.COMM_WORLD.allreduce(1))"
+    mpi4py = gpu.ok(*job, "python", "-c", allreduce)
+    for proc in (plain, mpi4py):
+        assert "cuda" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+    hostnames = {ssh(n, "hostname").stdout.strip() for n in gpu.cluster().nodes}
+    assert {line.rsplit(":", 1)[-1].strip() for line in plain.stdout.splitlines()} == hostnames
+    assert [line.rsplit(":", 1)[-1].strip() for line in mpi4py.stdout.splitlines()] == [
+        "sum 2",
+        "sum 2",
+    ], mpi4py.stdout
+
+
+def test_a_node_without_libcuda_builds_without_cuda_or_stops_the_run(gpu: GpuSandbox) -> None:
+    node2 = gpu.node("node2")
+    lib = stub_libcuda.node_path()
+    # Out of the library directory: ldconfig would link libcuda.so.1 to a renamed copy there.
+    hide = ssh(node2, f"mv {lib} /root/libcuda.so.1.hidden && ldconfig")
+    assert hide.returncode == 0, hide.stderr
+    try:
+        # The preflight runs whatever the tags; the hostfile play changes nothing here.
+        auto = gpu.provision(tags="hostfile")
+        enabled = gpu.provision({"openmpi_cuda": "enabled"}, tags="hostfile")
+    finally:
+        back = ssh(node2, f"mv /root/libcuda.so.1.hidden {lib} && ldconfig")
+        assert back.returncode == 0, back.stderr
+    looked = (
+        "no libcuda (looked at: /usr/local/cuda/lib64/stubs/libcuda.so; "
+        "/usr/local/cuda/targets/*/lib/stubs/libcuda.so; ldconfig -p; "
+        "/usr/lib/x86_64-linux-gnu/libcuda.so; /usr/lib/x86_64-linux-gnu/libcuda.so.1; "
+        "/usr/lib64/libcuda.so; /usr/lib64/libcuda.so.1)"
+    )
+    fix = (
+        "install the NVIDIA driver (libcuda.so.1) or the CUDA toolkit's stubs "
+        "(lib64/stubs/libcuda.so), or set openmpi_cuda_libdir to the directory of a libcuda"
+    )
+    assert auto.ok, describe_failures(auto)
+    said = auto.task_results("Say why OpenMPI is built without CUDA on the node")
+    assert {r.host: r.result.get("msg") for r in said if r.status == "ok"} == {
+        "node2": "OpenMPI without CUDA on node2: /usr/local/cuda/bin/nvcc is there but "
+        f"{looked}; {fix}"
+    }
+    flags = {
+        r.host: r.result.get("ansible_facts", {}).get("_openmpi_configure_all", [])
+        for r in auto.task_results("Assemble the OpenMPI configure flags of the node")
+    }
+    assert "--without-cuda" in flags["node2"] and "--with-cuda=/usr/local/cuda" in flags["node1"]
+    assert changed(auto) == []
+    assert failure_messages(enabled) == {
+        "node2": f"openmpi: openmpi_cuda is enabled but node2 has {looked}; {fix}; "
+        "nothing was changed"
+    }
+    assert changed(enabled) == []
 
 
 def test_a_failing_nvidia_smi_stops_the_run_naming_the_node(gpu: GpuSandbox) -> None:

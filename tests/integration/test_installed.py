@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from bench.wheel_install import build_wheel, clean_env, install
+from tests.integration import stub_libcuda
 from tests.integration.nodes import run_cli
 
 NAME = "mpictl-it-wheel"
@@ -113,8 +114,8 @@ def test_the_installed_tool_runs_the_whole_path(
     )
     inv = copy_bundled_inventory(installed)
     extra = installed.work / "vars.yml"
-    # NCCL and Horovod stay out (not what this test is about); the CUDA mount stays as for the
-    # session's sandbox, so OpenMPI's fingerprint (CUDA-aware or not) is the cached one.
+    # NCCL and Horovod stay out (not what this test is about); the CUDA mount and the stub libcuda
+    # stay as for the session's sandbox, so OpenMPI's fingerprint (CUDA-aware) is the cached one.
     extra.write_text(
         yaml.safe_dump(
             {
@@ -127,6 +128,8 @@ def test_the_installed_tool_runs_the_whole_path(
     installed.mpictl("sandbox", "down", "-i", str(inv))
     cuda = ["--cuda"] if Path("/usr/local/cuda").is_dir() else []
     installed.ok("sandbox", "up", "-i", str(inv), *cuda, timeout=600)
+    if cuda:
+        stub_libcuda.install(inv)
     try:
         installed.ok("provision", "-i", str(inv), "-e", f"@{extra}")
         state = installed.base / "xdg-state" / "mpictl"

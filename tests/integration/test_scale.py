@@ -16,6 +16,7 @@ import pytest
 from mpictl import provision, runner, sandbox
 from mpictl.inventory import Cluster, load_inventory
 from mpictl.sandbox import host, podman
+from tests.integration import stub_libcuda
 from tests.integration.nodes import ssh
 
 NAME = "mpictl-it-six"
@@ -34,7 +35,10 @@ def six(
 ) -> Iterator[tuple[Path, dict[str, Any]]]:
     inv = sandbox.clone_inventory(it_state / "six", NAME, SUBNET, PORT_BASE, count=6)
     sandbox.down(inv)
-    sandbox.up(inv, cuda=Path("/usr/local/cuda").is_dir())
+    cuda = Path("/usr/local/cuda").is_dir()
+    sandbox.up(inv, cuda=cuda)
+    if cuda:  # the session's OpenMPI build (CUDA-aware with the stub libcuda)
+        stub_libcuda.install(inv)
     try:
         yield inv, {**source_vars, **OFF}
     finally:

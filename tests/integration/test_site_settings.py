@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from mpictl.inventory import Cluster, load_inventory
+from tests.integration import stub_libcuda
 from tests.integration.nodes import clone_sandbox_inventory, run_cli, ssh
 
 SITE_NAME = "mpictl-it-site"
@@ -70,8 +71,8 @@ def site(
     text = group_vars.read_text().replace("slurm_enabled: true", "slurm_enabled: false")
     group_vars.write_text(text + yaml.safe_dump(SITE_VARS))
     extra = state / "vars.yml"
-    # NCCL and Horovod stay out; the CUDA mount as for the session's sandbox keeps OpenMPI's
-    # fingerprint the cached one (nothing compiles here).
+    # NCCL and Horovod stay out; the CUDA mount and the stub libcuda as in the session's sandbox
+    # keep OpenMPI's fingerprint the cached one (nothing compiles here).
     extra.write_text(
         yaml.safe_dump(
             {
@@ -87,6 +88,8 @@ def site(
     s.mpictl("sandbox", "down", "-i", str(inv))
     cuda = ["--cuda"] if Path("/usr/local/cuda").is_dir() else []
     s.ok("sandbox", "up", "-i", str(inv), *cuda, timeout=600)
+    if cuda:
+        stub_libcuda.install(inv)
     try:
         s.ok("provision", "-i", str(inv), "-e", f"@{extra}")
         yield s
