@@ -8,8 +8,11 @@ the nodes have no driver. With this library on every node the openmpi role finds
 
 It is built on the controller (Debian like the nodes, with gcc) from the toolkit's own
 ``cuda.h``: every ``CUresult CUDAAPI cuXxx(...)`` the header declares, by the name a program
-compiled against it calls (after the preprocessor: ``cuMemFree`` is ``cuMemFree_v2``). It is a
-driver that sees no GPU: ``cuInit`` returns ``CUDA_ERROR_NO_DEVICE`` and every other function
+compiled against it calls (after the preprocessor: ``cuMemFree`` is ``cuMemFree_v2``) and by the
+names the driver itself exports for programs built against older headers (the header read as
+the driver is built, ``__CUDA_API_VERSION_INTERNAL``: ``cuMemFree``; OpenMPI's configure links
+its test against that bare name, without the header). It is a driver that sees no GPU:
+``cuInit`` returns ``CUDA_ERROR_NO_DEVICE`` and every other function
 ``CUDA_ERROR_NOT_INITIALIZED``. OpenMPI's CUDA accelerator then treats every buffer as host memory
 without a message (``accelerator_cuda.c``: ``check_addr`` takes NOT_INITIALIZED as a host buffer;
 ``accelerator_cuda_component.c``: ``delayed_init`` stops quietly when ``cuCtxGetCurrent`` fails).
@@ -59,14 +62,16 @@ def c_source(names: Iterable[str]) -> str:
 def build(out_dir: Path, cuda_home: Path = CUDA_HOME) -> Path:
     """Compile the stub from ``cuda_home``'s cuda.h into ``out_dir``; the library's path."""
     header = cuda_home / "include" / "cuda.h"
-    preprocessed = subprocess.run(
-        ["gcc", "-E", "-P", str(header)], capture_output=True, text=True, check=True
-    ).stdout
-    names = function_names(preprocessed)
-    if "cuInit" not in names or "cuMemFree_v2" not in names:
-        raise RuntimeError(f"{header}: no cuInit/cuMemFree_v2 declaration found")
+    names: set[str] = set()
+    for view in ([], ["-D__CUDA_API_VERSION_INTERNAL"]):  # a program's, the driver's own
+        preprocessed = subprocess.run(
+            ["gcc", "-E", "-P", *view, str(header)], capture_output=True, text=True, check=True
+        ).stdout
+        names.update(function_names(preprocessed))
+    if not {"cuInit", "cuMemFree", "cuMemFree_v2"} <= names:
+        raise RuntimeError(f"{header}: no cuInit/cuMemFree/cuMemFree_v2 declaration found")
     source = out_dir / "stub_libcuda.c"
-    source.write_text(c_source(names))
+    source.write_text(c_source(sorted(names)))
     lib = out_dir / SONAME
     subprocess.run(
         ["gcc", "-shared", "-fPIC", f"-Wl,-soname,{SONAME}", "-o", str(lib), str(source)],
