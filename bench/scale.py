@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,19 @@ def source_vars() -> dict[str, Any]:
     return dict(yaml.safe_load(path.read_text()))
 
 
+def strategy_env(strategy: str) -> dict[str, str]:
+    """The environment that selects Ansible's strategy for the runs (``mitogen``: Mitogen's
+    linear strategy, from the installed ``mitogen`` package)."""
+    if strategy == "linear":
+        return {}
+    try:
+        import ansible_mitogen
+    except ImportError:
+        raise SystemExit("--strategy mitogen: `pip install mitogen` first") from None
+    plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
+
+
 def timed_provision(inv: Path, name: str, extravars: dict[str, Any]) -> dict[str, Any]:
     before = bridge_tx(name)
     start = time.perf_counter()
@@ -82,40 +94,54 @@ def timed_provision(inv: Path, name: str, extravars: dict[str, Any]) -> dict[str
     return {"seconds": round(wall, 1), "tasks": tasks, "changed": changed, "bytes": sent}
 
 
-def measure(count: int, distribution: str, base: Path) -> dict[str, Any]:
+def measure(count: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
     name = f"mpictl-scale{count}"
     subnet = f"10.89.{100 + count}.0/24"  # clear of the tests' and Molecule's sandboxes
     # a state dir of its own: its fact cache, cluster key and sandbox keys (node names repeat)
     os.environ["MPICTL_STATE_DIR"] = str(base / f"{name}-state")
     inv = sandbox.clone_inventory(base / name, name, subnet, 2600 + count * 20, count=count)
-    sandbox.down(inv)
+    extravars = {**source_vars(), **OFF, "build_once_distribution": args.distribution}
+    reuse = args.reuse and (base / f"{name}-state" / "provisioned").is_file()
+    up = 0.0
+    fresh: dict[str, Any] = {"seconds": 0.0, "tasks": 0, "changed": 0, "bytes": 0}
     try:
-        start = time.perf_counter()
-        sandbox.up(inv, cuda=Path("/usr/local/cuda").is_dir())
-        up = time.perf_counter() - start
-        extravars = {**source_vars(), **OFF, "build_once_distribution": distribution}
-        fresh = timed_provision(inv, name, extravars)
-        noop = timed_provision(inv, name, extravars)
+        if not reuse:
+            sandbox.down(inv)
+            start = time.perf_counter()
+            sandbox.up(inv, cuda=Path("/usr/local/cuda").is_dir())
+            up = time.perf_counter() - start
+            fresh = timed_provision(inv, name, extravars)
+            (base / f"{name}-state" / "provisioned").touch()
+        os.environ.update(strategy_env(args.strategy))
+        runs = [timed_provision(inv, name, extravars) for _ in range(args.noop_runs)]
     finally:
-        sandbox.down(inv)
+        for key in strategy_env(args.strategy):
+            os.environ.pop(key, None)
+        if not args.keep:
+            sandbox.down(inv)
+            (base / f"{name}-state" / "provisioned").unlink(missing_ok=True)
+    noop = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
     return {
         "nodes": count,
-        "distribution": distribution,
+        "distribution": args.distribution,
+        "strategy": args.strategy,
         "up_s": round(up, 1),
         "fresh": fresh,
         "noop": noop,
+        "noop_runs_s": [r["seconds"] for r in runs],
     }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        f"{'nodes':>5} {'distribution':>12} {'fresh (s)':>10} {'fresh MB sent':>14} "
+        f"{'nodes':>5} {'distribution':>12} {'strategy':>8} {'fresh (s)':>10} "
+        f"{'fresh MB sent':>14} "
         f"{'no-change (s)':>14} {'tasks':>6} {'changed':>8} {'no-change MB':>13}"
     ]
     for r in rows:
         f, n = r["fresh"], r["noop"]
         lines.append(
-            f"{r['nodes']:>5} {r['distribution']:>12} {f['seconds']:>10.1f} "
+            f"{r['nodes']:>5} {r['distribution']:>12} {r['strategy']:>8} {f['seconds']:>10.1f} "
             f"{f['bytes'] / 1e6:>14.1f} {n['seconds']:>14.1f} {n['tasks']:>6} "
             f"{n['changed']:>8} {n['bytes'] / 1e6:>13.2f}"
         )
@@ -149,12 +175,19 @@ def main() -> None:
     parser.add_argument("--nodes", default="3,6,12")
     parser.add_argument("--distribution", choices=("fanout", "controller"), default="fanout")
     parser.add_argument("--plot", type=Path)
+    parser.add_argument("--strategy", choices=("linear", "mitogen"), default="linear")
+    parser.add_argument("--noop-runs", type=int, default=1, help="no-change runs (median shown)")
+    parser.add_argument("--keep", action="store_true", help="leave the sandboxes up")
+    parser.add_argument(
+        "--reuse", action="store_true", help="a kept, provisioned sandbox: no-change runs only"
+    )
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="mpictl-scale-") as tmp:
-        for count in (int(n) for n in args.nodes.split(",")):
-            rows.append(measure(count, args.distribution, Path(tmp)))
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    base = paths.state_dir() / "bench-scale"
+    base.mkdir(parents=True, exist_ok=True)
+    for count in (int(n) for n in args.nodes.split(",")):
+        rows.append(measure(count, args, base))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
