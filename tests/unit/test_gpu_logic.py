@@ -218,7 +218,7 @@ def smi_path(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def nccl_probe(bindir: Path, cuda_home: Path) -> list[str]:
-    tasks = yaml.safe_load((ROOT / "roles/nccl/tasks/preflight.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles/nccl/tasks/detect.yml").read_text())
     (task,) = [t for t in tasks if t.get("register") == "__nccl_node"]
     env = jinja2.Environment()
     env.filters["quote"] = shlex.quote

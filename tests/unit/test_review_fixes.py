@@ -370,7 +370,7 @@ def test_horovod_download_loop_with_horovod_disabled_and_shared_keys(tmp_path: P
         found = shutil.which("ansible-playbook")
         assert found is not None, "ansible-playbook (a dependency of mpictl) is not installed"
         playbook_bin = Path(found)
-    role_tasks = yaml.safe_load((ROOT / "roles/horovod/tasks/preflight.yml").read_text())
+    role_tasks = yaml.safe_load((ROOT / "roles/horovod/tasks/fetch.yml").read_text())
     task = _find_task(role_tasks, DOWNLOAD_TASK)
     probe = {
         "name": "The role's download loop",
