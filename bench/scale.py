@@ -1,13 +1,14 @@
 """Benchmark: provisioning at cluster scale (issue 16) on sandboxes of 3, 6 and 12 nodes.
 
 python bench/scale.py [--nodes 3,6,12] [--distribution fanout|controller] [--plot FILE.png]
+                      [--strategy linear|mitogen] [--noop-runs N] [--keep] [--reuse]
 
 For each node count: a sandbox of that many nodes (a copy of the sandbox inventory, its own name,
-subnet and ports, `mpi_slots: 1`, CUDA mounted so the cached OpenMPI build's fingerprint
-matches), brought up, then provisioned with the components OpenMPI + mpi4py + the job tools (the
-plays ssh, environment, hostfile, openmpi, mpi4py, jobs; NCCL, Horovod and Slurm off: the whole
-stack on 12 nodes does not fit a 2-core machine) from the warm artifact cache, then provisioned
-again with nothing to change; then torn down.
+subnet and ports, `mpi_slots: 1`, CUDA mounted as in the demo, no libcuda: OpenMPI without
+CUDA, the demo's build), brought up, then provisioned with the components OpenMPI + mpi4py + the
+job tools (the plays ssh, environment, hostfile, openmpi, mpi4py, jobs; NCCL, Horovod and Slurm
+off: the whole stack on 12 nodes does not fit a 2-core machine) from the warm artifact cache,
+then provisioned again with nothing to change; then torn down.
 
 Per node count it reports the fresh install's wall time, the no-change re-run's wall time and
 task results (every runner_on_ok/changed/skipped/failed event of the run), and the bytes the
@@ -18,6 +19,11 @@ passes the bridge's own interface). That total also holds what the nodes fetch f
 mirror through this host (apt) and Ansible's own traffic, the same for both distributions;
 `--distribution controller` measures the old way (the controller copies every artifact to
 every node), so the difference between the two runs is the artifacts' share.
+
+`--noop-runs N` repeats the no-change run and reports the median; `--strategy mitogen` runs the
+no-change runs under Mitogen's linear strategy (`pip install mitogen`; measured, not adopted:
+see docs/ARCHITECTURE.md); `--keep` leaves the sandboxes up and `--reuse` measures kept,
+provisioned ones again without a fresh install (their fresh columns then read 0).
 
 Each sandbox has a state directory of its own (fact cache, keys), so its nodes' facts never mix
 with another cluster's nodes of the same names. The artifact cache must be warm (run
