@@ -57,6 +57,21 @@ def test_srun_pmix_runs_openmpi_ranks_directly(cluster: Cluster) -> None:
     assert proc.stdout.split("\n").count("sum 6") == 3, proc.stdout
 
 
+def test_mpicc_links_against_openmpis_pmix_beside_the_system_one(cluster: Cluster) -> None:
+    """The slurm role installs Debian's libpmix-dev (libpmix.so.2 in the system library dir). A
+    link line that puts that dir on the rpath, as Python extensions do (mpi4py's and Horovod's
+    builds on a Slurm cluster), must still resolve libmpi's PMIx from OpenMPI's own lib dir."""
+    prog = "#include <mpi.h>\nint main(void) { MPI_Init(0, 0); return MPI_Finalize(); }"
+    system = "/usr/lib/x86_64-linux-gnu"
+    proc = ssh(
+        cluster.head,
+        f"test -e {system}/libpmix.so.2 && d=$(mktemp -d) && printf '%s\\n' '{prog}' > $d/t.c"
+        f" && mpicc $d/t.c -L{system} -Wl,--enable-new-dtags,-R{system} -o $d/t; rc=$?;"
+        " rm -rf $d; exit $rc",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_mpirun_inside_an_allocation_uses_it_without_a_hostfile(cluster: Cluster) -> None:
     # sbatch --wait returns when the job ended; its output is on the batch host (the
     # allocation's first node), read over the cluster's SSH mesh
