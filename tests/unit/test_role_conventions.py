@@ -1,7 +1,8 @@
 """Every role follows the project's conventions; these checks fail on the first role that drifts.
 
 - layout: defaults/, tasks/main.yml, meta/argument_specs.yml, README.md, molecule/default/
-- meta/argument_specs.yml (entry point ``main``) lists exactly the keys of defaults/main.yml
+- meta/argument_specs.yml (entry point ``main``) lists exactly the keys of defaults/main.yml, and
+  the role's preflight validates it (the component playbooks skip the check at the entry)
 - role variables carry the role's prefix; every defaults key is documented in the README
 - modules are called by FQCN (or are the role's own, in library/); every command/shell task
   says ``changed_when``; registered results are named ``__<role prefix>*``
@@ -341,3 +342,45 @@ def test_role_tasks_carry_no_tags(role: Path) -> None:
             assert "tags" not in task and "tags" not in apply, (
                 f"{path.relative_to(ROOT)}: task {task.get('name')!r} has tags"
             )
+
+
+# The component playbooks import their role with rolespec_validate: false (one fork per node and
+# play less); the role's preflight is then the one place its argument spec is checked, in
+# site.yml's preflight play and when the role's own play runs it.
+COMPONENT_PLAYBOOKS = {
+    "ssh": "ssh_mesh",
+    "environment": "mpi_environment",
+    "hostfile": "hostfile",
+    "openmpi": "openmpi",
+    "mpi4py": "mpi4py",
+    "nccl": "nccl",
+    "horovod": "horovod",
+    "jobs": "mpi_jobs",
+    "slurm": "slurm",
+}
+VALIDATE = "ansible.builtin.validate_argument_spec"
+
+
+@pytest.mark.parametrize("playbook", sorted(COMPONENT_PLAYBOOKS))
+def test_a_playbook_that_skips_the_entry_check_has_a_role_preflight_that_validates(
+    playbook: str,
+) -> None:
+    role = COMPONENT_PLAYBOOKS[playbook]
+    plays = load_yaml(ROOT / "playbooks" / f"{playbook}.yml")
+    imports = [
+        task["ansible.builtin.import_role"]
+        for play in plays
+        for task in play.get("tasks") or []
+        if "ansible.builtin.import_role" in task
+    ]
+    assert [i["name"] for i in imports] == [role], f"{playbook}.yml imports {imports}"
+    assert all(i.get("rolespec_validate") is False for i in imports)
+    assert all("roles" not in play for play in plays), f"{playbook}.yml: roles: validates again"
+    preflight = load_yaml(ROOT / "roles" / role / "tasks" / "preflight.yml")
+    validations = [t for t in iter_tasks(preflight) if module_of(t) == VALIDATE]
+    assert validations, f"{role}: preflight.yml does not validate meta/argument_specs.yml"
+    spec = validations[0][VALIDATE]["argument_spec"]
+    assert "meta/argument_specs.yml" in spec and ".argument_specs.main.options" in spec
+    main = load_yaml(ROOT / "roles" / role / "tasks" / "main.yml")
+    includes = [t for t in main if "preflight.yml" in str(t.get("ansible.builtin.include_tasks"))]
+    assert includes, f"{role}: tasks/main.yml does not run preflight.yml"
