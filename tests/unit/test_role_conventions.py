@@ -347,7 +347,7 @@ def test_role_tasks_carry_no_tags(role: Path) -> None:
 # The component playbooks import their role with rolespec_validate: false (one fork per node and
 # play less); the role's preflight is then the one place its argument spec is checked, in
 # site.yml's preflight play and when the role's own play runs it.
-COMPONENT_PLAYBOOKS = {
+ROLE_OF_PLAYBOOK = {
     "ssh": "ssh_mesh",
     "environment": "mpi_environment",
     "hostfile": "hostfile",
@@ -361,11 +361,12 @@ COMPONENT_PLAYBOOKS = {
 VALIDATE = "ansible.builtin.validate_argument_spec"
 
 
-@pytest.mark.parametrize("playbook", sorted(COMPONENT_PLAYBOOKS))
+@pytest.mark.parametrize("playbook", sorted(ROLE_OF_PLAYBOOK))
 def test_a_playbook_that_skips_the_entry_check_has_a_role_preflight_that_validates(
     playbook: str,
 ) -> None:
-    role = COMPONENT_PLAYBOOKS[playbook]
+    assert sorted(ROLE_OF_PLAYBOOK) == sorted(p.stem for p in COMPONENT_PLAYBOOKS)
+    role = ROLE_OF_PLAYBOOK[playbook]
     plays = load_yaml(ROOT / "playbooks" / f"{playbook}.yml")
     imports = [
         task["ansible.builtin.import_role"]
