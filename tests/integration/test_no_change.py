@@ -19,16 +19,19 @@ NODES = ["node1", "node2", "node3"]
 
 # Tasks that write to a node (or copy to it), and the checks that follow a write: in a no-change
 # run every one of them must be skipped on every node.
+# (A group of writes that share one condition is one include: its one skipped result stands for
+# all of them.)
 SHORT_PATH_SKIPS = (
-    "Create the MPI user with the same uid on every node",
-    "Install the cluster private key for the MPI user",
+    "Create the MPI user and install the cluster key where the node differs",
     "Write the pinned host keys of every node",
     "Write the MPI user's ssh client configuration",
     "Verify passwordless SSH between the nodes",
     "Write the hostfile of the whole cluster",
-    "Build missing artifacts and distribute them",
-    "Copy the Python packages from the controller to the node",
-    "Install PyTorch and Horovod's dependencies into the venv (no index)",
+    "Build, publish and verify the artifact where a node needs it",
+    "Install the OpenMPI build on the nodes that need it",
+    "Install the mpi4py build on the nodes that need it",
+    "Install PyTorch and Horovod's dependencies where the venv lacks them",
+    "Install the Horovod build on the nodes that need it",
     "Verify the Horovod build on the nodes where it changed",
     "Install the torch wrapper and the smoke and bench programs",
     "Verify the job side's tools",
