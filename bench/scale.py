@@ -100,7 +100,9 @@ def timed_provision(inv: Path, name: str, extravars: dict[str, Any]) -> dict[str
     return {"seconds": round(wall, 1), "tasks": tasks, "changed": changed, "bytes": sent}
 
 
-def measure(count: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
+def measure(
+    count: int, args: argparse.Namespace, base: Path, strategy: dict[str, str]
+) -> dict[str, Any]:
     name = f"mpictl-scale{count}"
     subnet = f"10.89.{100 + count}.0/24"  # clear of the tests' and Molecule's sandboxes
     # a state dir of its own: its fact cache, cluster key and sandbox keys (node names repeat)
@@ -118,10 +120,10 @@ def measure(count: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
             up = time.perf_counter() - start
             fresh = timed_provision(inv, name, extravars)
             (base / f"{name}-state" / "provisioned").touch()
-        os.environ.update(strategy_env(args.strategy))
+        os.environ.update(strategy)
         runs = [timed_provision(inv, name, extravars) for _ in range(args.noop_runs)]
     finally:
-        for key in strategy_env(args.strategy):
+        for key in strategy:
             os.environ.pop(key, None)
         if not args.keep:
             sandbox.down(inv)
@@ -188,11 +190,14 @@ def main() -> None:
         "--reuse", action="store_true", help="a kept, provisioned sandbox: no-change runs only"
     )
     args = parser.parse_args()
+    if args.noop_runs < 1:
+        parser.error("--noop-runs must be at least 1")
+    strategy = strategy_env(args.strategy)  # a missing Mitogen stops here, before any sandbox
     rows = []
     base = paths.state_dir() / "bench-scale"
     base.mkdir(parents=True, exist_ok=True)
     for count in (int(n) for n in args.nodes.split(",")):
-        rows.append(measure(count, args, base))
+        rows.append(measure(count, args, base, strategy))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
     out = ROOT / "bench" / "out"
