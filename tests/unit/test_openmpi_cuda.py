@@ -101,13 +101,23 @@ def test_the_toolkits_stubs_come_first(tmp_path: Path) -> None:
         "nvcc": "yes",
         "cuda_h": "yes",
         "libcuda": str(stub),
-        "searched": f"{home}/lib64/stubs/libcuda.so; {stub}; ldconfig -p; "
+        "searched": f"{home}/lib64/stubs/libcuda.so; {stub}; {home}/lib/stubs/libcuda.so; "
+        f"{home}/compat/libcuda.so.1; ldconfig -p; "
         + "; ".join(f"{d}/{n}" for d in SYSTEM_DIRS for n in ("libcuda.so", "libcuda.so.1")),
     }
     touch(home / "lib64" / "stubs" / "libcuda.so")
     assert cuda.mpictl_key_values(probe(home, bindir=bindir))["libcuda"] == (
         f"{home}/lib64/stubs/libcuda.so"
     )
+
+
+def test_condas_stubs_and_the_compat_driver_are_found(tmp_path: Path) -> None:
+    home = toolkit(tmp_path / "cuda")
+    bindir = fake_ldconfig(tmp_path, "")
+    compat = touch(home / "compat" / "libcuda.so.1")
+    assert cuda.mpictl_key_values(probe(home, bindir=bindir))["libcuda"] == str(compat)
+    conda = touch(home / "lib" / "stubs" / "libcuda.so")
+    assert cuda.mpictl_key_values(probe(home, bindir=bindir))["libcuda"] == str(conda)
 
 
 def test_the_drivers_64_bit_library_is_found_through_ldconfig(tmp_path: Path) -> None:

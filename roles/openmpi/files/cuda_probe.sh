@@ -5,7 +5,8 @@
 #
 # OpenMPI's configure links a test against libcuda (cuMemFree) and, when that fails, builds
 # without CUDA silently; this finds the library it can link against. In LIBDIR when given
-# (libcuda.so, then libcuda.so.1), else in this order: the toolkit's stubs, the driver's library
+# (libcuda.so, then libcuda.so.1), else in this order: the toolkit's stubs (lib64/stubs,
+# targets/*/lib/stubs, lib/stubs), its compat/ driver, the driver's library
 # as the dynamic linker knows it (ldconfig -p; /sbin may not be on PATH), then the usual library
 # directories.
 #
@@ -45,8 +46,11 @@ yes_no() {
 if [ -n "$libdir" ]; then
   look "$libdir/libcuda.so" "$libdir/libcuda.so.1"
 else
+  # the stubs where NVIDIA's packages put them, then conda's layout (lib/stubs) and the forward
+  # compatibility package's driver (compat/)
   look "$home/lib64/stubs/libcuda.so"
   look "$home"/targets/*/lib/stubs/libcuda.so
+  look "$home/lib/stubs/libcuda.so" "$home/compat/libcuda.so.1"
   note "ldconfig -p"
   libs=$(driver_libs)
   while IFS= read -r candidate; do
