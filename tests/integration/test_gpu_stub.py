@@ -259,7 +259,8 @@ def test_a_node_without_libcuda_builds_without_cuda_or_stops_the_run(gpu: GpuSan
         assert back.returncode == 0, back.stderr
     looked = (
         "no libcuda (looked at: /usr/local/cuda/lib64/stubs/libcuda.so; "
-        "/usr/local/cuda/targets/*/lib/stubs/libcuda.so; ldconfig -p; "
+        "/usr/local/cuda/targets/*/lib/stubs/libcuda.so; /usr/local/cuda/lib/stubs/libcuda.so; "
+        "/usr/local/cuda/compat/libcuda.so.1; ldconfig -p; "
         "/usr/lib/x86_64-linux-gnu/libcuda.so; /usr/lib/x86_64-linux-gnu/libcuda.so.1; "
         "/usr/lib64/libcuda.so; /usr/lib64/libcuda.so.1)"
     )
