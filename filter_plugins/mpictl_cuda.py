@@ -158,6 +158,5 @@ class FilterModule:
             "mpictl_cuda_arch_problems": mpictl_cuda_arch_problems,
             "mpictl_cuda_gencode": mpictl_cuda_gencode,
             "mpictl_cuda_build_mismatch": mpictl_cuda_build_mismatch,
-            "mpictl_key_values": mpictl_key_values,
             "mpictl_openmpi_cuda": mpictl_openmpi_cuda,
         }
