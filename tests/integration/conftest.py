@@ -117,7 +117,19 @@ def first_provision(inventory: Path, source_vars: dict[str, Any]) -> runner.RunR
 def second_provision(
     first_provision: runner.RunResult, inventory: Path, source_vars: dict[str, Any]
 ) -> runner.RunResult:
-    """A second provision with nothing changed (for idempotence assertions)."""
+    """A second provision with nothing changed (for idempotence assertions). It runs every role
+    (``mpictl_short_path: false``): each role's own pass over what it manages must find nothing
+    to change; the cluster's short path is ``short_path_provision``."""
+    result = provision_run(inventory, {**source_vars, "mpictl_short_path": False})
+    assert result.ok, describe_failures(result)
+    return result
+
+
+@pytest.fixture(scope="session")
+def short_path_provision(
+    second_provision: runner.RunResult, inventory: Path, source_vars: dict[str, Any]
+) -> runner.RunResult:
+    """A third provision with nothing changed, on the cluster's short path (the default)."""
     result = provision_run(inventory, source_vars)
     assert result.ok, describe_failures(result)
     return result

@@ -1,10 +1,14 @@
-"""A provision with nothing to do takes the short path (issue 4: a no-change re-run of site.yml),
-and the short path still finds and repairs a node that drifted.
+"""A provision with nothing to do takes the short path (issues 4 and 16: a no-change re-run of
+site.yml), and the short path still finds and repairs a node that drifted.
 
-Each role reads what it manages in one pass (raw probes: markers, checksums, modes, packages) and
-skips its writes, and the checks of what it would have written, where the node already matches.
-These tests pin that down from the runs' events, so a role that falls back to its slow path (a
-template that no longer compares equal, say) fails here rather than only in the benchmark."""
+Two levels. The cluster's: one probe per node compares the node with the record the last
+successful run left (playbooks/files/mpictl_node_state.py); a component converged on every node
+has no node to run on, so a no-change run is the validation play and one probe per node. The
+roles': with ``mpictl_short_path: false`` (or where a component did drift), each role reads what
+it manages in one pass (raw probes: markers, checksums, modes, packages) and skips its writes, and
+the checks of what it would have written, where the node already matches. These tests pin both
+down from the runs' events, so a role that falls back to its slow path (a template that no longer
+compares equal, say) fails here rather than only in the benchmark."""
 
 from __future__ import annotations
 
@@ -37,6 +41,17 @@ SHORT_PATH_SKIPS = (
     "Verify the job side's tools",
 )
 ENV_MODULE = "Record the environment contribution and re-render PATH and LD_LIBRARY_PATH"
+PROBE = "Count the node's GPUs and find the components still as its last run left them"
+# The only tasks with results in a no-change run on the cluster's short path.
+SHORT_PATH_TASKS = {
+    "Check that the Ansible version is supported",
+    "Check that the group mpi_nodes has hosts",
+    "Check that every node has a unique name and address, and mpi_slots a positive integer",
+    "Remember that the inventory was validated in this run, and the digest of its inputs",
+    PROBE,
+    "Cache the GPU count of every node as a fact (the default of mpi_slots)",
+    "Remember that the nodes' facts were gathered, and the components every node still holds",
+}
 
 
 def statuses(result: runner.RunResult, task: str) -> dict[str, set[str]]:
@@ -60,8 +75,20 @@ def test_no_change_provision_skips_every_write_and_its_check(
     assert sorted(ran) == NODES, ran
 
 
+def test_the_cluster_short_path_is_one_probe_per_node(
+    short_path_provision: runner.RunResult,
+) -> None:
+    result = short_path_provision
+    assert all(s.changed == 0 for s in result.stats.values()), result.stats
+    tasks = {r.task for r in result.task_results()}
+    assert tasks <= SHORT_PATH_TASKS, sorted(tasks - SHORT_PATH_TASKS)
+    assert statuses(result, PROBE) == {n: {"ok"} for n in NODES}
+    on_nodes = [r for r in result.task_results() if r.host in NODES and r.task != PROBE]
+    assert on_nodes == [], [(r.host, r.task) for r in on_nodes]
+
+
 def test_a_drifted_node_is_repaired_and_only_it_changes(
-    second_provision: runner.RunResult, inventory: Path, source_vars: dict[str, Any]
+    short_path_provision: runner.RunResult, inventory: Path, source_vars: dict[str, Any]
 ) -> None:
     node3 = next(n for n in load(inventory).nodes if n.name == "node3")
     drift = (
@@ -85,6 +112,14 @@ def test_a_drifted_node_is_repaired_and_only_it_changes(
     assert statuses(result, "Run the torch wrapper as rank 3 of 4 with two GPUs") == {
         "node3": {"ok"}
     }
+    # Components that did not drift keep the short path: OpenMPI's play had no node to run on.
+    openmpi = [
+        e
+        for e in result.events
+        if e.get("event", "").startswith("runner_on_")
+        and e.get("event_data", {}).get("role") == "openmpi"
+    ]
+    assert openmpi == [], [e["event_data"].get("task") for e in openmpi]
 
     proc = ssh(
         node3,
@@ -99,3 +134,5 @@ def test_a_drifted_node_is_repaired_and_only_it_changes(
     again = provision_run(inventory, source_vars)
     assert again.ok, describe_failures(again)
     assert not [r for r in again.changed_tasks() if r.host != "localhost"]
+    # The repair run recorded what it left: the next run is the short path again.
+    assert {r.task for r in again.task_results()} <= SHORT_PATH_TASKS

@@ -291,7 +291,7 @@ def test_no_role_redefines_a_shared_value(role: Path) -> None:
 
 PLAYBOOKS = ROOT / "playbooks"
 # The plays that run whatever --tags selects: the validation and the preflight (checks first).
-ALWAYS_PLAYBOOKS = ("validate.yml", "preflight.yml")
+ALWAYS_PLAYBOOKS = ("validate.yml", "preflight.yml", "record.yml")
 COMPONENT_PLAYBOOKS = sorted(
     p for p in PLAYBOOKS.glob("*.yml") if p.name not in (*ALWAYS_PLAYBOOKS, "site.yml")
 )

@@ -1,0 +1,365 @@
+"""The node's record of the state the last successful run left (the cluster's short path).
+
+Run with ``raw`` (one SSH exec, no module payload: ``python3 -c <this file> <JSON>``), it prints one
+JSON object. ``{"mode": "probe", "inputs": D}`` (read-only) compares the record with the node as
+it is now and returns the components still in that state (``converged``) and the node's GPU count
+(``gpus``). ``{"mode": "record", "inputs": D, "claims": {component: [item, ...]}, "keep": [...]}``
+signs what each component claims and writes the record (``changed``).
+
+A component is converged when its entry in the record was written for the same inputs (the
+controller's digest of the project and the inventory's variables), on the same node environment
+(OS, kernel, CPUs, memory, GPUs, addresses, CUDA), and every item it claims still has the
+signature recorded:
+
+- ``path:P``: type, mode, owner, size and mtime of P (and the sha256 of a small file); a directory
+  is one entry (its listing is not followed);
+- ``tree:P``: the same for P and everything below it, by size and mtime, not content
+  (``__pycache__`` and ``*.pyc`` left out);
+- ``user:U``: the passwd entry and the groups of U;
+- ``unit:U``: the systemd unit's ActiveState and UnitFileState;
+- ``package:N``: the package's dpkg status and version.
+
+This file runs on the nodes (Python 3.7+, standard library only); its functions are unit-tested
+on the controller (tests/unit/test_short_path.py).
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import re
+import stat
+import subprocess
+import sys
+
+SMALL_FILE = 1 << 20  # files up to this size are signed by content too
+SKIP_NAMES = ("__pycache__",)
+SKIP_SUFFIXES = (".pyc",)
+
+
+def run(argv: list[str]) -> str:
+    """The stdout of argv, or "" when it cannot run or fails."""
+    try:
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def on_path(program: str) -> bool:
+    return any(
+        os.access(os.path.join(d, program), os.X_OK)
+        for d in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+    )
+
+
+def gpu_lines() -> list[str]:
+    if not on_path("nvidia-smi"):
+        return []
+    return [line for line in run(["nvidia-smi", "-L"]).splitlines() if line.startswith("GPU")]
+
+
+def libcuda_entries(cache: bytes) -> list[str]:
+    """The libcuda names and paths the dynamic linker's cache (/etc/ld.so.cache) holds."""
+    found = re.findall(rb"[^\0]*libcuda\.so[^\0]*", cache)
+    return sorted({name.decode(errors="replace") for name in found})
+
+
+def read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def addresses(ip_output: str) -> list[str]:
+    """``ifname address/prefix`` of each line of ``ip -o addr show`` (lifetimes left out)."""
+    out = []
+    for line in ip_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] in ("inet", "inet6"):
+            out.append(f"{fields[1]} {fields[3]}")
+    return sorted(out)
+
+
+def mem_gib(meminfo: str) -> str:
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            return str(int(line.split()[1]) >> 20)
+    return ""
+
+
+def environment(gpus: list[str]) -> str:
+    """A digest of what the roles read from the node rather than the inventory."""
+    parts = [
+        read("/etc/os-release"),
+        os.uname().release,
+        str(os.cpu_count()),
+        mem_gib(read("/proc/meminfo")),
+        "\n".join(gpus),
+        "\n".join(addresses(run(["ip", "-o", "addr", "show"]))),
+        os.path.realpath("/usr/local/cuda"),
+        read("/usr/local/cuda/version.json"),
+        "\n".join(libcuda_entries(read_bytes("/etc/ld.so.cache"))),
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 16), b""):
+                digest.update(block)
+    except OSError:
+        return "unreadable"
+    return digest.hexdigest()
+
+
+def stat_signature(path: str, content: bool = True) -> str:
+    """One line for path: absent, or its type, mode and owner; a file's size and mtime (and with
+    content, the sha256 of a small one); a link's target."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "absent"
+    except OSError as err:
+        return f"error {err.errno}"
+    head = f"{stat.S_IFMT(st.st_mode):o} {stat.S_IMODE(st.st_mode):o} {st.st_uid}:{st.st_gid}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{head} -> {os.readlink(path)}"
+    if stat.S_ISREG(st.st_mode):
+        line = f"{head} {st.st_size} {st.st_mtime_ns}"
+        if content and st.st_size <= SMALL_FILE:
+            line += " " + file_sha256(path)
+        return line
+    return head  # a directory's mtime moves with any file created in it: not drift
+
+
+def entry_line(st: os.stat_result) -> str:
+    """stat_signature's line, by size and mtime only, from a stat result."""
+    kind = stat.S_IFMT(st.st_mode)
+    head = f"{kind:o} {stat.S_IMODE(st.st_mode):o} {st.st_uid}:{st.st_gid}"
+    if kind == stat.S_IFREG:
+        return f"{head} {st.st_size} {st.st_mtime_ns}"
+    return head
+
+
+def tree_signature(root: str) -> str:
+    """The signature of root and of everything below it (a link's target included), as one
+    digest; names sorted, so the walk's order never changes it."""
+    top = stat_signature(root, content=False)
+    digest = hashlib.sha256(f".\0{top}\n".encode())
+    if not top.startswith(f"{stat.S_IFDIR:o} "):
+        return digest.hexdigest()
+    lines = []
+    pending = [root]
+    prefix = len(root.rstrip("/")) + 1
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError as err:
+            lines.append(f"{directory[prefix:]}\0unlistable {err.errno}")
+            continue
+        for entry in entries:
+            name = entry.name
+            if name in SKIP_NAMES or name.endswith(SKIP_SUFFIXES):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as err:
+                lines.append(f"{entry.path[prefix:]}\0error {err.errno}")
+                continue
+            line = entry_line(st)
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    line += " -> " + os.readlink(entry.path)
+                except OSError:
+                    line += " -> ?"
+            elif stat.S_ISDIR(st.st_mode):
+                pending.append(entry.path)
+            lines.append(f"{entry.path[prefix:]}\0{line}")
+    lines.sort()
+    digest.update("\n".join(lines).encode())
+    return digest.hexdigest()
+
+
+def user_signature(name: str) -> str:
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return "absent"
+    groups = sorted(g.gr_name for g in grp.getgrall() if name in g.gr_mem)
+    return f"{entry.pw_uid}:{entry.pw_gid} {entry.pw_dir} {entry.pw_shell} {','.join(groups)}"
+
+
+def unit_signature(name: str) -> str:
+    out = run(["systemctl", "show", "-p", "ActiveState", "-p", "UnitFileState", name])
+    return " ".join(sorted(out.split()))
+
+
+def dpkg_packages(status: str) -> dict[str, str]:
+    """Package name to "status version" from the text of /var/lib/dpkg/status."""
+    packages: dict[str, str] = {}
+    for block in status.split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition(": ")
+            if sep and not line.startswith(" "):
+                fields[key] = value
+        if "Package" in fields:
+            line = f"{fields.get('Status', '')} {fields.get('Version', '')}"
+            seen = packages.get(fields["Package"])
+            # one name of several architectures (multiarch): every entry counts
+            packages[fields["Package"]] = ";".join(sorted([seen, line])) if seen else line
+    return packages
+
+
+class Signer:
+    """Signs claimed items; reads the package database at most once."""
+
+    def __init__(self) -> None:
+        self._packages: dict[str, str] | None = None
+
+    def package(self, name: str) -> str:
+        if self._packages is None:
+            self._packages = dpkg_packages(read("/var/lib/dpkg/status"))
+        return self._packages.get(name, "absent")
+
+    def sign(self, item: str) -> str:
+        kind, sep, name = item.partition(":")
+        if not sep or not name:
+            raise ValueError(f"not KIND:NAME: {item!r}")
+        if kind == "path":
+            return stat_signature(name)
+        if kind == "tree":
+            return tree_signature(name)
+        if kind == "user":
+            return user_signature(name)
+        if kind == "unit":
+            return unit_signature(name)
+        if kind == "package":
+            return self.package(name)
+        raise ValueError(f"unknown kind {kind!r} in {item!r}")
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    components = record.get("components") if isinstance(record, dict) else None
+    return components if isinstance(components, dict) else {}
+
+
+def converged(components: dict, inputs: str, env: str, signer: Signer) -> list[str]:
+    """The components of the record whose inputs, environment and signatures all still match."""
+    out = []
+    for name, entry in sorted(components.items()):
+        if not isinstance(entry, dict) or entry.get("inputs") != inputs or entry.get("env") != env:
+            continue
+        signatures = entry.get("signatures")
+        if not isinstance(signatures, dict):
+            continue
+        try:
+            if all(signer.sign(item) == sig for item, sig in signatures.items()):
+                out.append(name)
+        except ValueError:
+            continue
+    return out
+
+
+def recorded(
+    components: dict, claims: dict, keep: list[str], inputs: str, env: str, signer: Signer
+) -> dict:
+    """The record after a run: what ran (claims) and what was converged (keep) signed now, the
+    other components as they were (a component that drifted and did not run stays drifted)."""
+    out = dict(components)
+    for name in keep:
+        entry = components.get(name)
+        if name not in claims and isinstance(entry, dict):
+            claims = {**claims, name: list(entry.get("signatures", {}))}
+    for name, items in claims.items():
+        out[name] = {
+            "inputs": inputs,
+            "env": env,
+            "signatures": {item: signer.sign(item) for item in items},
+        }
+    return out
+
+
+def write(path: str, components: dict) -> bool:
+    """Write the record atomically; False when it already held exactly this."""
+    text = json.dumps({"version": 1, "components": components}, indent=1, sort_keys=True)
+    if read(path) == text:
+        return False
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    import tempfile  # only a record writes (a probe is read-only and should start fast)
+
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".node-state.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return True
+
+
+RECORD = "/var/lib/mpictl/node-state.json"
+
+
+def handle(request: dict) -> dict:
+    """The answer to one request (see the module docstring)."""
+    mode = request.get("mode")
+    inputs = request.get("inputs")
+    if mode not in ("probe", "record") or not isinstance(inputs, str):
+        raise ValueError("need mode probe or record, and inputs")
+    path = request.get("path") or RECORD
+    gpus = gpu_lines()
+    env = environment(gpus)
+    signer = Signer()
+    components = load(path)
+    if mode == "probe":
+        return {"converged": converged(components, inputs, env, signer), "gpus": len(gpus)}
+    claims = request.get("claims") or {}
+    keep = request.get("keep") or []
+    if not isinstance(claims, dict) or not isinstance(keep, list):
+        raise ValueError("claims must be a mapping and keep a list")
+    claims = {str(k): [str(i) for i in v or []] for k, v in claims.items()}
+    new = recorded(components, claims, [str(k) for k in keep], inputs, env, signer)
+    return {"changed": write(path, new), "components": sorted(new)}
+
+
+def main(argv: list[str]) -> int:
+    try:
+        answer = handle(json.loads(argv[1]) if len(argv) > 1 else {})
+    except (ValueError, OSError) as err:
+        print(json.dumps({"failed": True, "msg": f"node state: {err}"}))
+        return 1
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

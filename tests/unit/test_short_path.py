@@ -1,0 +1,273 @@
+"""The cluster's short path: the node's record (playbooks/library/mpictl_node_state.py) and the
+controller's digest of a run's inputs (filter_plugins/mpictl_state.py). A record that missed a
+change would leave a drifted node unrepaired; one that saw changes where there are none would
+make every re-run take the long path."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+node = load("mpictl_node_state", ROOT / "playbooks" / "files" / "mpictl_node_state.py")
+state = load("mpictl_state", ROOT / "filter_plugins" / "mpictl_state.py")
+ENV = "env-digest"
+INPUTS = "inputs-digest"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "prefix"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "mpirun").write_text("#!/bin/sh\n")
+    (root / "lib" / "__pycache__").mkdir(parents=True)
+    (root / "lib" / "libmpi.so").write_bytes(b"\x7fELF" * 100)
+    (root / "etc.conf").write_text("a=1\n")
+    return root
+
+
+def record(tmp_path: Path, claims: dict[str, list[str]], keep: list[str] = ()) -> dict:
+    path = tmp_path / "node-state.json"
+    components = node.load(str(path))
+    new = node.recorded(components, claims, list(keep), INPUTS, ENV, node.Signer())
+    node.write(str(path), new)
+    return node.load(str(path))
+
+
+def converged(tmp_path: Path, inputs: str = INPUTS, env: str = ENV) -> list[str]:
+    components = node.load(str(tmp_path / "node-state.json"))
+    return node.converged(components, inputs, env, node.Signer())
+
+
+def test_a_recorded_component_is_converged_until_its_tree_changes(
+    tmp_path: Path, tree: Path
+) -> None:
+    record(tmp_path, {"openmpi": [f"tree:{tree}"], "hostfile": [f"path:{tree}/etc.conf"]})
+    assert converged(tmp_path) == ["hostfile", "openmpi"]
+
+    (tree / "bin" / "mpirun").unlink()
+    assert converged(tmp_path) == ["hostfile"]
+
+
+def test_tree_ignores_bytecode_and_directory_mtimes_but_not_files(
+    tmp_path: Path, tree: Path
+) -> None:
+    record(tmp_path, {"venv": [f"tree:{tree}"]})
+    (tree / "lib" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"pyc")
+    (tree / "lib" / "stray.pyc").write_bytes(b"pyc")
+    (tree / "lib" / "tmp").write_text("x")
+    (tree / "lib" / "tmp").unlink()  # the directory's mtime moved; its listing did not
+    assert converged(tmp_path) == ["venv"]
+
+    (tree / "lib" / "new.py").write_text("")
+    assert converged(tmp_path) == []
+
+
+def test_path_signs_mode_and_content_of_small_files(tmp_path: Path, tree: Path) -> None:
+    conf = tree / "etc.conf"
+    record(tmp_path, {"env": [f"path:{conf}"]})
+    conf.chmod(0o600)
+    assert converged(tmp_path) == []
+    conf.chmod(0o644)
+    record(tmp_path, {"env": [f"path:{conf}"]})
+    stat = conf.stat()
+    conf.write_text("a=2\n")  # same size; even with the old mtime put back, the content differs
+    os.utime(conf, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert converged(tmp_path) == []
+
+
+def test_a_deleted_path_and_a_new_one_are_changes(tmp_path: Path, tree: Path) -> None:
+    missing = tree / "later"
+    record(tmp_path, {"nccl": [f"path:{missing}"], "conf": [f"path:{tree}/etc.conf"]})
+    assert converged(tmp_path) == ["conf", "nccl"]
+    missing.write_text("")
+    (tree / "etc.conf").unlink()
+    assert converged(tmp_path) == []
+
+
+def test_other_inputs_or_environment_converge_nothing(tmp_path: Path, tree: Path) -> None:
+    record(tmp_path, {"openmpi": [f"tree:{tree}"]})
+    assert converged(tmp_path, inputs="other") == []
+    assert converged(tmp_path, env="other") == []
+
+
+def test_recording_keeps_a_drifted_component_that_did_not_run(tmp_path: Path, tree: Path) -> None:
+    conf = tree / "etc.conf"
+    record(tmp_path, {"jobs": [f"path:{conf}"], "openmpi": [f"tree:{tree / 'bin'}"]})
+    conf.write_text("drifted, and this run only ran openmpi (--tags openmpi)\n")
+    # jobs was not converged at the probe, so it is neither claimed nor kept: still drifted
+    after = record(tmp_path, {"openmpi": [f"tree:{tree / 'bin'}"]}, keep=["openmpi"])
+    assert set(after) == {"jobs", "openmpi"}
+    assert converged(tmp_path) == ["openmpi"]
+
+
+def test_a_kept_component_is_signed_again(tmp_path: Path, tree: Path) -> None:
+    conf = tree / "etc.conf"
+    record(tmp_path, {"environment": [f"path:{conf}"], "openmpi": [f"tree:{tree / 'bin'}"]})
+    # environment was converged at the probe; openmpi's run rewrote the file they share
+    conf.write_text("a=1\nb=2\n")
+    record(tmp_path, {"openmpi": [f"tree:{tree / 'bin'}"]}, keep=["environment", "openmpi"])
+    assert converged(tmp_path) == ["environment", "openmpi"]
+
+
+def test_write_reports_whether_the_record_changed(tmp_path: Path, tree: Path) -> None:
+    path = str(tmp_path / "sub" / "node-state.json")
+    entry = {"x": {"inputs": INPUTS, "env": ENV, "signatures": {}}}
+    assert node.write(path, entry) is True
+    assert node.write(path, entry) is False
+    assert json.loads(Path(path).read_text())["components"] == entry
+    assert oct(Path(path).stat().st_mode & 0o777) == "0o644"
+
+
+def test_an_unreadable_or_foreign_record_converges_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "node-state.json"
+    for text in ("not json", "[]", '{"components": []}'):
+        path.write_text(text)
+        assert node.load(str(path)) == {}
+    path.write_text(json.dumps({"components": {"x": "garbage", "y": {"inputs": INPUTS}}}))
+    assert converged(tmp_path) == []
+
+
+def test_unknown_kinds_are_refused() -> None:
+    signer = node.Signer()
+    for item in ("nokind", "file:/etc/passwd", "path:"):
+        with pytest.raises(ValueError):
+            signer.sign(item)
+
+
+def test_users_and_packages_are_signed() -> None:
+    signer = node.Signer()
+    assert node.user_signature("root").startswith("0:0 /root ")
+    assert node.user_signature("no-such-user-mpictl") == "absent"
+    status = (
+        "Package: iperf3\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3.12-1\n\n"
+        "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36\n"
+        "Description: x\n long text: with a colon\n\n"
+        "Package: libc6\nStatus: install ok installed\nArchitecture: i386\nVersion: 2.36\n"
+    )
+    packages = node.dpkg_packages(status)
+    assert packages["iperf3"] == "install ok installed 3.12-1"
+    assert packages["libc6"].count("2.36") == 2
+    assert signer.sign("package:no-such-package-mpictl") in ("absent", "")
+
+
+def test_addresses_leave_out_lifetimes() -> None:
+    out = (
+        "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n"
+        "2: eth0    inet 10.0.0.5/24 brd 10.0.0.255 scope global dynamic eth0\\"
+        "       valid_lft 3599sec preferred_lft 3599sec\n"
+    )
+    later = out.replace("3599sec", "12sec")
+    assert node.addresses(out) == node.addresses(later) == ["eth0 10.0.0.5/24", "lo 127.0.0.1/8"]
+
+
+# --- the controller's side -------------------------------------------------------------------
+
+
+def test_inputs_digest_follows_variables_content_and_key_files(tmp_path: Path) -> None:
+    content = tmp_path / "content"
+    for top in ("playbooks", "roles", "filter_plugins"):
+        (content / top).mkdir(parents=True)
+    (content / "roles" / "main.yml").write_text("a: 1\n")
+    (content / "roles" / "molecule").mkdir()
+    key = tmp_path / "id_ed25519.pub"
+    key.write_text("ssh-ed25519 AAAA\n")
+    hostvars = {
+        "node1": {"mpi_slots": 2, "ansible_host": "10.0.0.1", "ansible_facts": {"x": 1}},
+        "node2": {"mpi_slots": 2, "ansible_host": "10.0.0.2", "ansible_facts": {}},
+    }
+
+    def digest(**changes: object) -> str:
+        return state.mpictl_state_inputs(
+            {**hostvars, **changes}, ["node2", "node1"], str(content), [str(key)]
+        )
+
+    base = digest()
+    assert digest() == base
+    # facts, run-time internals and where the run reads from are not inputs
+    quiet = {
+        "node1": {
+            **hostvars["node1"],
+            "ansible_facts": {"x": 2, "mpi_gpu_count": 4},
+            "mpi_gpu_count": 4,
+            "ansible_distribution": "Debian",
+            "_mpictl_checked": True,
+            "__registered": {"rc": 0},
+            "playbook_dir": "/elsewhere",
+        }
+    }
+    assert digest(**quiet) == base
+    assert digest(node1={**hostvars["node1"], "mpi_slots": 3}) != base
+    assert digest(node1={**hostvars["node1"], "ansible_host": "10.0.0.9"}) != base
+    (content / "roles" / "molecule" / "x.yml").write_text("ignored")
+    assert digest() == base
+    (content / "roles" / "main.yml").write_text("a: 2\n")
+    changed_content = digest()
+    assert changed_content != base
+    key.write_text("ssh-ed25519 BBBB\n")
+    assert digest() != changed_content
+
+
+def test_selected_components_follow_tags() -> None:
+    comps = ["ssh", "openmpi", "nccl", "slurm"]
+    select = state.mpictl_selected_components
+    assert select(comps, ["all"], []) == comps
+    assert select(comps, [], ["nccl"]) == ["ssh", "openmpi", "slurm"]
+    assert select(comps, ["openmpi", "always"], []) == ["openmpi"]
+    assert select(comps, ["all"], ["openmpi", "slurm"]) == ["ssh", "nccl"]
+
+
+def test_converged_everywhere_is_what_every_node_holds() -> None:
+    both = state.mpictl_converged_everywhere
+    assert both([["ssh", "openmpi"], ["openmpi", "ssh", "jobs"]]) == ["openmpi", "ssh"]
+    assert both([["ssh"], None]) == []
+    assert both([]) == []
+
+
+def test_site_components_are_the_component_tags_of_site_yml() -> None:
+    validate = yaml.safe_load((ROOT / "playbooks" / "validate.yml").read_text())
+    task = validate[0]["tasks"][-1]["ansible.builtin.set_fact"]
+    tags = []
+    for entry in yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text()):
+        for play in yaml.safe_load(
+            (ROOT / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text()
+        ):
+            tags += [t for t in play.get("tags", []) if t != "always"]
+    assert task["_mpictl_components"] == tags
+
+
+def test_every_component_play_has_no_node_on_the_short_path_and_claims_its_items() -> None:
+    for entry in yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text()):
+        for play in yaml.safe_load(
+            (ROOT / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text()
+        ):
+            tags = [t for t in play.get("tags", []) if t != "always"]
+            if not tags or "import_playbook" in str(play):
+                continue
+            (component,) = tags
+            assert play["hosts"] == (
+                f"{{{{ [] if '{component}' in hostvars['localhost']._mpictl_converged"
+                " | default([]) else 'mpi_nodes' }}"
+            ), play["name"]
+            role = play["tasks"][0]["ansible.builtin.import_role"]["name"]
+            claim = play["post_tasks"][-1]["ansible.builtin.set_fact"]["_mpictl_claims"]
+            assert f"'{component}':" in claim, play["name"]
+            claims_var = claim.split(f"'{component}': ")[1].split("}")[0]
+            role_vars = yaml.safe_load((ROOT / "roles" / role / "vars" / "main.yml").read_text())
+            assert claims_var in role_vars, (role, claims_var)
