@@ -4,7 +4,7 @@
 content, the variables of every node of the play (inventory, group_vars, extra vars; facts and
 run-time internals left out) and the content of the controller files the roles install from
 (the cluster key, the munge key). Each node keeps the digest its last successful run was made
-with (playbooks/library/mpictl_node_state.py); a component whose digest, node environment and
+with (playbooks/files/mpictl_node_state.py); a component whose digest, node environment and
 signed items all still match is skipped on the short path.
 """
 

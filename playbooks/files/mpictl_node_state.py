@@ -91,13 +91,21 @@ def read_bytes(path: str) -> bytes:
         return b""
 
 
+# Interfaces that container runtimes and CNI plugins add and remove as containers come and go.
+EPHEMERAL_INTERFACES = ("veth", "cali", "docker", "br-", "cni", "flannel", "lxc", "virbr")
+
+
 def addresses(ip_output: str) -> list[str]:
-    """``ifname address/prefix`` of each line of ``ip -o addr show`` (lifetimes left out)."""
+    """``ifname address/prefix`` of each line of ``ip -o addr show`` (lifetimes left out, and the
+    interfaces of local containers)."""
     out = []
     for line in ip_output.splitlines():
         fields = line.split()
-        if len(fields) >= 4 and fields[2] in ("inet", "inet6"):
-            out.append(f"{fields[1]} {fields[3]}")
+        if len(fields) < 4 or fields[2] not in ("inet", "inet6"):
+            continue
+        name = fields[1].split("@")[0]
+        if not name.startswith(EPHEMERAL_INTERFACES):
+            out.append(f"{name} {fields[3]}")
     return sorted(out)
 
 
@@ -321,7 +329,7 @@ def write(path: str, components: dict) -> bool:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".node-state.")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
-    os.chmod(tmp, 0o644)
+    os.chmod(tmp, 0o600)  # it holds digests of the keys the roles install
     os.replace(tmp, path)
     return True
 

@@ -132,7 +132,7 @@ def test_write_reports_whether_the_record_changed(tmp_path: Path, tree: Path) ->
     assert node.write(path, entry) is True
     assert node.write(path, entry) is False
     assert json.loads(Path(path).read_text())["components"] == entry
-    assert oct(Path(path).stat().st_mode & 0o777) == "0o644"
+    assert oct(Path(path).stat().st_mode & 0o777) == "0o600"
 
 
 def test_an_unreadable_or_foreign_record_converges_nothing(tmp_path: Path) -> None:
@@ -174,6 +174,7 @@ def test_addresses_leave_out_lifetimes() -> None:
         "       valid_lft 3599sec preferred_lft 3599sec\n"
     )
     later = out.replace("3599sec", "12sec")
+    later += "7: veth1a2b@if6    inet6 fe80::1/64 scope link \\       valid_lft forever\n"
     assert node.addresses(out) == node.addresses(later) == ["eth0 10.0.0.5/24", "lo 127.0.0.1/8"]
 
 
