@@ -8,7 +8,10 @@ subnet and ports, `mpi_slots: 1`, CUDA mounted as in the demo, no libcuda: OpenM
 CUDA, the demo's build), brought up, then provisioned with the components OpenMPI + mpi4py + the
 job tools (the plays ssh, environment, hostfile, openmpi, mpi4py, jobs; NCCL, Horovod and Slurm
 off: the whole stack on 12 nodes does not fit a 2-core machine) from the warm artifact cache,
-then provisioned again with nothing to change; then torn down.
+then provisioned again with nothing to change, twice over: on the cluster's short path (the
+default: one probe per node, components converged everywhere skipped) and with
+`mpictl_short_path: false` (every role runs its own short path: the figures before the cluster's
+short path existed); then torn down.
 
 Per node count it reports the fresh install's wall time, the no-change re-run's wall time and
 task results (every runner_on_ok/changed/skipped/failed event of the run), and the bytes the
@@ -122,6 +125,8 @@ def measure(
             (base / f"{name}-state" / "provisioned").touch()
         os.environ.update(strategy)
         runs = [timed_provision(inv, name, extravars) for _ in range(args.noop_runs)]
+        per_role = {**extravars, "mpictl_short_path": False}
+        role_runs = [timed_provision(inv, name, per_role) for _ in range(args.noop_runs)]
     finally:
         for key in strategy:
             os.environ.pop(key, None)
@@ -129,6 +134,7 @@ def measure(
             sandbox.down(inv)
             (base / f"{name}-state" / "provisioned").unlink(missing_ok=True)
     noop = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+    roles = sorted(role_runs, key=lambda r: r["seconds"])[len(role_runs) // 2]
     return {
         "nodes": count,
         "distribution": args.distribution,
@@ -137,6 +143,8 @@ def measure(
         "fresh": fresh,
         "noop": noop,
         "noop_runs_s": [r["seconds"] for r in runs],
+        "roles": roles,
+        "roles_runs_s": [r["seconds"] for r in role_runs],
     }
 
 
@@ -144,14 +152,24 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"{'nodes':>5} {'distribution':>12} {'strategy':>8} {'fresh (s)':>10} "
         f"{'fresh MB sent':>14} "
-        f"{'no-change (s)':>14} {'tasks':>6} {'changed':>8} {'no-change MB':>13}"
+        f"{'no-change (s)':>14} {'tasks':>6} {'changed':>8} {'no-change MB':>13} "
+        f"{'roles (s)':>10} {'tasks':>6}"
     ]
     for r in rows:
         f, n = r["fresh"], r["noop"]
         lines.append(
             f"{r['nodes']:>5} {r['distribution']:>12} {r['strategy']:>8} {f['seconds']:>10.1f} "
             f"{f['bytes'] / 1e6:>14.1f} {n['seconds']:>14.1f} {n['tasks']:>6} "
-            f"{n['changed']:>8} {n['bytes'] / 1e6:>13.2f}"
+            f"{n['changed']:>8} {n['bytes'] / 1e6:>13.2f} {r['roles']['seconds']:>10.1f} "
+            f"{r['roles']['tasks']:>6}"
+        )
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        ratio = last["noop"]["seconds"] / first["noop"]["seconds"]
+        roles = last["roles"]["seconds"] / first["roles"]["seconds"]
+        lines.append(
+            f"no-change run, {last['nodes']} vs {first['nodes']} nodes: {ratio:.2f}x"
+            f" (roles' short path alone: {roles:.2f}x)"
         )
     return "\n".join(lines)
 
@@ -166,6 +184,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     a.plot(nodes, [r["fresh"]["seconds"] for r in rows], "o-", label="fresh install")
     a.plot(nodes, [r["noop"]["seconds"] for r in rows], "o-", label="no-change run")
+    a.plot(nodes, [r["roles"]["seconds"] for r in rows], "o-", label="no-change, every role")
     a.set_xlabel("nodes")
     a.set_ylabel("seconds")
     a.legend()

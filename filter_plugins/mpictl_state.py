@@ -22,8 +22,17 @@ SKIPPED_PARTS = {"__pycache__", "molecule", ".pytest_cache"}
 # ansible_* names that say how a node is reached (its address is in its host keys and hostfile);
 # every other ansible_* name is a fact or a run-time value.
 CONNECTION_VARS = {"ansible_host", "ansible_port", "ansible_user", "ansible_connection"}
-# Magic variables that name where this run reads from, not what it writes.
-RUN_VARS = {"inventory_dir", "inventory_file", "playbook_dir", "omit", "hostvars", "environment"}
+# Magic variables that name where this run reads from, not what it writes, and mpictl's switch
+# of the short path itself (a run without it must find the record a run with it wrote).
+RUN_VARS = {
+    "inventory_dir",
+    "inventory_file",
+    "playbook_dir",
+    "omit",
+    "hostvars",
+    "environment",
+    "mpictl_short_path",
+}
 
 
 def plain(value: Any) -> Any:

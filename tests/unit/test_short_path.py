@@ -211,6 +211,7 @@ def test_inputs_digest_follows_variables_content_and_key_files(tmp_path: Path) -
             "_mpictl_checked": True,
             "__registered": {"rc": 0},
             "playbook_dir": "/elsewhere",
+            "mpictl_short_path": False,
         }
     }
     assert digest(**quiet) == base
