@@ -16,9 +16,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-# Where mpictl's Ansible content lives, relative to the playbooks' parent.
+# Where mpictl's Ansible content lives, relative to the playbooks' parent, and what else there is
+# read by the roles: ansible.cfg (its ansible_managed header), and the mpictl package (the job
+# side's programs that mpi_jobs installs, the modules the filters import): beside the content in
+# a clone (mpictl/), its parent in an installed wheel (mpictl/_ansible/..).
 CONTENT_DIRS = ("playbooks", "roles", "filter_plugins")
-SKIPPED_PARTS = {"__pycache__", "molecule", ".pytest_cache"}
+CONTENT_FILES = ("ansible.cfg",)
+SKIPPED_PARTS = {"__pycache__", "molecule", ".pytest_cache", "_ansible"}
 # ansible_* names that say how a node is reached (its address is in its host keys and hostfile);
 # every other ansible_* name is a fact or a run-time value.
 CONNECTION_VARS = {"ansible_host", "ansible_port", "ansible_user", "ansible_connection"}
@@ -43,7 +47,10 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    return f"<{type(value).__name__}>"
+    try:
+        return f"<{type(value).__name__}> {value}"  # a date, a vaulted value: by its text
+    except Exception:  # an undefined variable's marker may refuse to render
+        return f"<{type(value).__name__}>"
 
 
 def node_vars(variables: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,16 +66,27 @@ def node_vars(variables: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def package_dir(root: Path) -> Path:
+    """The mpictl package whose programs the roles install (see CONTENT_DIRS)."""
+    beside = root / "mpictl"
+    return beside if (beside / "__init__.py").is_file() else root.parent
+
+
 def content_digest(root: str) -> str:
-    """sha256 over mpictl's Ansible content below root (file names and bytes)."""
+    """sha256 over mpictl's Ansible content and package (file names and bytes)."""
     digest = hashlib.sha256()
-    base = Path(root)
-    for top in CONTENT_DIRS:
-        for path in sorted((base / top).rglob("*")):
-            if not path.is_file() or SKIPPED_PARTS & set(path.parts) or path.suffix == ".pyc":
-                continue
-            digest.update(f"{path.relative_to(base)}\0".encode())
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    base = Path(root).resolve()
+    tops = [(base / top, top) for top in CONTENT_DIRS] + [(package_dir(base), "mpictl")]
+    files = [(base / name, name) for name in CONTENT_FILES if (base / name).is_file()]
+    for top, label in tops:
+        for path in sorted(top.rglob("*")):
+            relative = path.relative_to(top)
+            skipped = SKIPPED_PARTS & set(relative.parts) or path.suffix == ".pyc"
+            if path.is_file() and not skipped:
+                files.append((path, f"{label}/{relative}"))
+    for path, label in files:
+        digest.update(f"{label}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 
 
@@ -79,18 +97,53 @@ def file_digest(path: str) -> str:
         return "absent"
 
 
+# The facts the roles render from (slots, slurm.conf, hostfiles, known_hosts names): the cache
+# refreshes them once a day, and a node whose facts changed takes the long path once.
+FACT_KEYS = (
+    "architecture",
+    "distribution",
+    "distribution_version",
+    "kernel",
+    "hostname",
+    "fqdn",
+    "nodename",
+    "processor_vcpus",
+    "processor_count",
+    "processor_cores",
+    "processor_threads_per_core",
+    "memtotal_mb",
+    "default_ipv4",
+    "all_ipv4_addresses",
+)
+
+
+def node_facts(variables: Mapping[str, Any]) -> dict[str, Any]:
+    facts = variables.get("ansible_facts") or {}
+    return {key: plain(facts.get(key)) for key in FACT_KEYS}
+
+
+def controller_files(variables: Mapping[str, Any]) -> list[str]:
+    """The files on the controller the roles install from: the cluster key, the munge key (their
+    role defaults, under mpictl_state_dir), and Horovod's own patches."""
+    state = str(variables.get("mpictl_state_dir", ""))
+    files = [
+        str(variables.get("mpi_ssh_key_path") or f"{state}/cluster_ssh/id_ed25519"),
+        str(variables.get("slurm_munge_key_path") or f"{state}/munge/munge.key"),
+    ]
+    return files + [str(p) for p in variables.get("horovod_patches") or []]
+
+
 def mpictl_state_inputs(
-    hostvars: Mapping[str, Mapping[str, Any]],
-    hosts: Iterable[str],
-    content_root: str,
-    controller_files: Iterable[str] = (),
+    hostvars: Mapping[str, Mapping[str, Any]], hosts: Iterable[str], playbook_dir: str
 ) -> str:
-    """The digest of this run's inputs for the nodes ``hosts``."""
+    """The digest of this run's inputs for the nodes ``hosts`` (playbooks in ``playbook_dir``)."""
     hosts = sorted(hosts)
+    files = sorted({path for host in hosts for path in controller_files(hostvars[host])})
     data = {
-        "content": content_digest(content_root),
+        "content": content_digest(str(Path(playbook_dir) / "..")),
         "nodes": {host: node_vars(hostvars[host]) for host in hosts},
-        "files": {path: file_digest(path) for path in sorted(set(controller_files)) if path},
+        "facts": {host: node_facts(hostvars[host]) for host in hosts},
+        "files": {path: file_digest(path) for path in files},
     }
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -105,10 +158,20 @@ def mpictl_selected_components(
     return [c for c in components if (everything or c in run) and c not in skip]
 
 
+# What a component builds against on the nodes: where that one is not converged, it runs, and
+# so does what depends on it (a new OpenMPI install means mpi4py and Horovod are checked again).
+DEPENDS = {
+    "mpi4py": ("openmpi",),
+    "horovod": ("openmpi", "mpi4py", "nccl"),
+}
+
+
 def mpictl_converged_everywhere(per_node: Iterable[Iterable[str] | None]) -> list[str]:
-    """The components converged on every node (a node without a probe result has none)."""
+    """The components converged on every node (a node without a probe result has none), less
+    those whose dependencies (DEPENDS) are not."""
     sets = [set(c or ()) for c in per_node]
-    return sorted(set.intersection(*sets)) if sets else []
+    both = set.intersection(*sets) if sets else set()
+    return sorted(c for c in both if all(d in both for d in DEPENDS.get(c, ())))
 
 
 def mpictl_gpu_count_changed(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:

@@ -1,15 +1,16 @@
 """The node's record of the state the last successful run left (the cluster's short path).
 
 Run with ``raw`` (one SSH exec, no module payload: ``python3 -c <this file> <JSON>``), it prints one
-JSON object. ``{"mode": "probe", "inputs": D}`` (read-only) compares the record with the node as
+JSON object. ``{"mode": "probe", "inputs": D, "cuda_homes": [...]}`` (read-only) compares the
+record with the node as
 it is now and returns the components still in that state (``converged``) and the node's GPU count
 (``gpus``). ``{"mode": "record", "inputs": D, "claims": {component: [item, ...]}, "keep": [...]}``
 signs what each component claims and writes the record (``changed``).
 
 A component is converged when its entry in the record was written for the same inputs (the
 controller's digest of the project and the inventory's variables), on the same node environment
-(OS, kernel, CPUs, memory, GPUs, addresses, CUDA), and every item it claims still has the
-signature recorded:
+(OS, kernel, host name, CPUs, memory, GPUs, addresses, compiler, CUDA), and every item it claims
+still has the signature recorded:
 
 - ``path:P``: type, mode, owner, size and mtime of P (and the sha256 of a small file); a directory
   is one entry (its listing is not followed);
@@ -92,7 +93,9 @@ def read_bytes(path: str) -> bytes:
 
 
 # Interfaces that container runtimes and CNI plugins add and remove as containers come and go.
-EPHEMERAL_INTERFACES = ("veth", "cali", "docker", "br-", "cni", "flannel", "lxc", "virbr")
+EPHEMERAL_INTERFACES = (
+    "veth", "cali", "docker", "br-", "cni", "flannel", "lxc", "virbr", "podman", "cilium", "kube-",
+)  # fmt: skip
 
 
 def addresses(ip_output: str) -> list[str]:
@@ -101,8 +104,8 @@ def addresses(ip_output: str) -> list[str]:
     out = []
     for line in ip_output.splitlines():
         fields = line.split()
-        if len(fields) < 4 or fields[2] not in ("inet", "inet6"):
-            continue
+        if len(fields) < 4 or fields[2] not in ("inet", "inet6") or "temporary" in fields:
+            continue  # IPv6 privacy addresses rotate
         name = fields[1].split("@")[0]
         if not name.startswith(EPHEMERAL_INTERFACES):
             out.append(f"{name} {fields[3]}")
@@ -116,19 +119,24 @@ def mem_gib(meminfo: str) -> str:
     return ""
 
 
-def environment(gpus: list[str]) -> str:
-    """A digest of what the roles read from the node rather than the inventory."""
+def environment(gpus: list[str], cuda_homes: list[str]) -> str:
+    """A digest of what the roles read from the node rather than the inventory: the OS, kernel,
+    host name, CPUs, memory, GPUs, addresses, the C compiler (build fingerprints hold its
+    version) and the CUDA toolkits the roles are pointed at."""
+    compiler = os.path.realpath("/usr/bin/cc")
     parts = [
         read("/etc/os-release"),
         os.uname().release,
+        os.uname().nodename,
         str(os.cpu_count()),
         mem_gib(read("/proc/meminfo")),
         "\n".join(gpus),
         "\n".join(addresses(run(["ip", "-o", "addr", "show"]))),
-        os.path.realpath("/usr/local/cuda"),
-        read("/usr/local/cuda/version.json"),
+        compiler + " " + stat_signature(compiler, content=False),
         "\n".join(libcuda_entries(read_bytes("/etc/ld.so.cache"))),
     ]
+    for home in sorted(set(cuda_homes)):
+        parts += [os.path.realpath(home), read(os.path.join(home, "version.json"))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -212,13 +220,29 @@ def tree_signature(root: str) -> str:
     return digest.hexdigest()
 
 
+def shadow_field(name: str) -> str:
+    """The password field of name in /etc/shadow (the role locks it: ``*``), or "" unreadable."""
+    for line in read("/etc/shadow").splitlines():
+        fields = line.split(":")
+        if fields[0] == name and len(fields) > 1:
+            return hashlib.sha256(fields[1].encode()).hexdigest()[:16]
+    return ""
+
+
 def user_signature(name: str) -> str:
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
         return "absent"
-    groups = sorted(g.gr_name for g in grp.getgrall() if name in g.gr_mem)
-    return f"{entry.pw_uid}:{entry.pw_gid} {entry.pw_dir} {entry.pw_shell} {','.join(groups)}"
+    try:
+        group = grp.getgrgid(entry.pw_gid).gr_name
+    except KeyError:
+        group = "?"
+    groups = sorted(str(g) for g in os.getgrouplist(name, entry.pw_gid))
+    return (
+        f"{entry.pw_uid}:{entry.pw_gid}({group}) {entry.pw_dir} {entry.pw_shell}"
+        f" {','.join(groups)} {shadow_field(name)}"
+    )
 
 
 def unit_signature(name: str) -> str:
@@ -248,6 +272,7 @@ class Signer:
 
     def __init__(self) -> None:
         self._packages: dict[str, str] | None = None
+        self._seen: dict[str, str] = {}  # a venv claimed by two components is walked once
 
     def package(self, name: str) -> str:
         if self._packages is None:
@@ -255,6 +280,11 @@ class Signer:
         return self._packages.get(name, "absent")
 
     def sign(self, item: str) -> str:
+        if item not in self._seen:
+            self._seen[item] = self._sign(item)
+        return self._seen[item]
+
+    def _sign(self, item: str) -> str:
         kind, sep, name = item.partition(":")
         if not sep or not name:
             raise ValueError(f"not KIND:NAME: {item!r}")
@@ -344,8 +374,11 @@ def handle(request: dict) -> dict:
     if mode not in ("probe", "record") or not isinstance(inputs, str):
         raise ValueError("need mode probe or record, and inputs")
     path = request.get("path") or RECORD
+    cuda_homes = request.get("cuda_homes") or ["/usr/local/cuda"]
+    if not isinstance(cuda_homes, list):
+        raise ValueError("cuda_homes must be a list")
     gpus = gpu_lines()
-    env = environment(gpus)
+    env = environment(gpus, [str(h) for h in cuda_homes])
     signer = Signer()
     components = load(path)
     if mode == "probe":

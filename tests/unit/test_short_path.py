@@ -153,7 +153,7 @@ def test_unknown_kinds_are_refused() -> None:
 
 def test_users_and_packages_are_signed() -> None:
     signer = node.Signer()
-    assert node.user_signature("root").startswith("0:0 /root ")
+    assert node.user_signature("root").startswith("0:0(root) /root ")
     assert node.user_signature("no-such-user-mpictl") == "absent"
     status = (
         "Package: iperf3\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3.12-1\n\n"
@@ -174,38 +174,46 @@ def test_addresses_leave_out_lifetimes() -> None:
         "       valid_lft 3599sec preferred_lft 3599sec\n"
     )
     later = out.replace("3599sec", "12sec")
-    later += "7: veth1a2b@if6    inet6 fe80::1/64 scope link \\       valid_lft forever\n"
+    later += "2: eth0    inet6 2001:db8::5/64 scope global temporary dynamic \\  valid_lft 1sec\n"
+    later += "7: veth1a2b@if6    inet6 fe80::1/64 scope link \\  valid_lft forever\n"
     assert node.addresses(out) == node.addresses(later) == ["eth0 10.0.0.5/24", "lo 127.0.0.1/8"]
 
 
 # --- the controller's side -------------------------------------------------------------------
 
 
-def test_inputs_digest_follows_variables_content_and_key_files(tmp_path: Path) -> None:
+def test_inputs_digest_follows_variables_facts_content_and_key_files(tmp_path: Path) -> None:
     content = tmp_path / "content"
-    for top in ("playbooks", "roles", "filter_plugins"):
+    for top in ("playbooks", "roles", "filter_plugins", "mpictl/scripts"):
         (content / top).mkdir(parents=True)
     (content / "roles" / "main.yml").write_text("a: 1\n")
     (content / "roles" / "molecule").mkdir()
-    key = tmp_path / "id_ed25519.pub"
-    key.write_text("ssh-ed25519 AAAA\n")
+    (content / "mpictl" / "__init__.py").write_text("")
+    (content / "mpictl" / "scripts" / "smoke_mpi.py").write_text("print(1)\n")
+    (content / "ansible.cfg").write_text("[defaults]\n")
+    state_dir = tmp_path / "state"
+    (state_dir / "cluster_ssh").mkdir(parents=True)
+    key = state_dir / "cluster_ssh" / "id_ed25519"
+    key.write_text("PRIVATE A\n")
+    facts = {"processor_vcpus": 4, "memtotal_mb": 1000, "uptime_seconds": 5}
+    common = {"mpictl_state_dir": str(state_dir), "ansible_facts": facts}
     hostvars = {
-        "node1": {"mpi_slots": 2, "ansible_host": "10.0.0.1", "ansible_facts": {"x": 1}},
-        "node2": {"mpi_slots": 2, "ansible_host": "10.0.0.2", "ansible_facts": {}},
+        "node1": {**common, "mpi_slots": 2, "ansible_host": "10.0.0.1"},
+        "node2": {**common, "mpi_slots": 2, "ansible_host": "10.0.0.2"},
     }
 
     def digest(**changes: object) -> str:
         return state.mpictl_state_inputs(
-            {**hostvars, **changes}, ["node2", "node1"], str(content), [str(key)]
+            {**hostvars, **changes}, ["node2", "node1"], str(content / "playbooks")
         )
 
     base = digest()
     assert digest() == base
-    # facts, run-time internals and where the run reads from are not inputs
+    # volatile facts, run-time internals, where the run reads from, the switch: not inputs
     quiet = {
         "node1": {
             **hostvars["node1"],
-            "ansible_facts": {"x": 2, "mpi_gpu_count": 4},
+            "ansible_facts": {**facts, "uptime_seconds": 99, "mpi_gpu_count": 4},
             "mpi_gpu_count": 4,
             "ansible_distribution": "Debian",
             "_mpictl_checked": True,
@@ -217,13 +225,33 @@ def test_inputs_digest_follows_variables_content_and_key_files(tmp_path: Path) -
     assert digest(**quiet) == base
     assert digest(node1={**hostvars["node1"], "mpi_slots": 3}) != base
     assert digest(node1={**hostvars["node1"], "ansible_host": "10.0.0.9"}) != base
+    resized = {**hostvars["node1"], "ansible_facts": {**facts, "memtotal_mb": 2000}}
+    assert digest(node1=resized) != base  # slurm.conf and slots render from these facts
     (content / "roles" / "molecule" / "x.yml").write_text("ignored")
     assert digest() == base
-    (content / "roles" / "main.yml").write_text("a: 2\n")
-    changed_content = digest()
-    assert changed_content != base
-    key.write_text("ssh-ed25519 BBBB\n")
-    assert digest() != changed_content
+    for path, text in (
+        (content / "roles" / "main.yml", "a: 2\n"),
+        (content / "mpictl" / "scripts" / "smoke_mpi.py", "print(2)\n"),
+        (content / "ansible.cfg", "[defaults]\nforks = 5\n"),
+        (key, "PRIVATE B\n"),
+    ):
+        before = digest()
+        path.write_text(text)
+        assert digest() != before, path
+
+
+def test_the_package_beside_the_content_or_around_it() -> None:
+    assert state.package_dir(ROOT) == ROOT / "mpictl"  # a clone
+    wheel = Path("/site-packages/mpictl/_ansible")
+    assert state.package_dir(wheel) == Path("/site-packages/mpictl")
+
+
+def test_claims_name_the_drop_in_directory_of_mpi_environment() -> None:
+    defaults = yaml.safe_load((ROOT / "roles/mpi_environment/defaults/main.yml").read_text())
+    for role in ("openmpi", "nccl", "mpi4py", "horovod"):
+        text = (ROOT / "roles" / role / "vars" / "main.yml").read_text()
+        # the role may run without mpi_environment's defaults loaded (its configure skipped)
+        assert f"mpi_env_dropin_dir | default('{defaults['mpi_env_dropin_dir']}')" in text, role
 
 
 def test_selected_components_follow_tags() -> None:
@@ -240,6 +268,9 @@ def test_converged_everywhere_is_what_every_node_holds() -> None:
     assert both([["ssh", "openmpi"], ["openmpi", "ssh", "jobs"]]) == ["openmpi", "ssh"]
     assert both([["ssh"], None]) == []
     assert both([]) == []
+    # what builds against a component that runs runs too
+    assert both([["mpi4py", "horovod", "nccl", "ssh"]]) == ["nccl", "ssh"]
+    assert both([["openmpi", "mpi4py", "horovod"]]) == ["mpi4py", "openmpi"]
 
 
 def test_site_components_are_the_component_tags_of_site_yml() -> None:
