@@ -66,17 +66,23 @@ def node_vars(variables: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def package_dir(root: Path) -> Path:
-    """The mpictl package whose programs the roles install (see CONTENT_DIRS)."""
-    beside = root / "mpictl"
-    return beside if (beside / "__init__.py").is_file() else root.parent
+def package_dir(root: Path) -> Path | None:
+    """The mpictl package whose programs the roles install (see CONTENT_DIRS); None where the
+    content was copied without it."""
+    for candidate in (root / "mpictl", root.parent):
+        if (candidate / "__init__.py").is_file():
+            return candidate
+    return None
 
 
 def content_digest(root: str) -> str:
     """sha256 over mpictl's Ansible content and package (file names and bytes)."""
     digest = hashlib.sha256()
     base = Path(root).resolve()
-    tops = [(base / top, top) for top in CONTENT_DIRS] + [(package_dir(base), "mpictl")]
+    tops = [(base / top, top) for top in CONTENT_DIRS]
+    package = package_dir(base)
+    if package is not None:
+        tops.append((package, "mpictl"))
     files = [(base / name, name) for name in CONTENT_FILES if (base / name).is_file()]
     for top, label in tops:
         for path in sorted(top.rglob("*")):
@@ -134,19 +140,29 @@ def controller_files(variables: Mapping[str, Any]) -> list[str]:
 
 
 def mpictl_state_inputs(
-    hostvars: Mapping[str, Mapping[str, Any]], hosts: Iterable[str], playbook_dir: str
-) -> str:
-    """The digest of this run's inputs for the nodes ``hosts`` (playbooks in ``playbook_dir``)."""
+    hostvars: Mapping[str, Mapping[str, Any]],
+    hosts: Iterable[str],
+    playbook_dir: str,
+    variables: str = "",
+) -> dict[str, str]:
+    """The digest of this run's inputs for the nodes ``hosts`` (playbooks in ``playbook_dir``):
+    ``variables`` (content, variables, facts) and ``inputs`` (that and the controller files).
+
+    At the end of a run, pass the run's first ``variables`` back: the files are digested again
+    (the run may have made the keys), the variables not (roles add facts of their own as they
+    run, which the next run does not start with)."""
     hosts = sorted(hosts)
+    if not variables:
+        data = {
+            "content": content_digest(str(Path(playbook_dir) / "..")),
+            "nodes": {host: node_vars(hostvars[host]) for host in hosts},
+            "facts": {host: node_facts(hostvars[host]) for host in hosts},
+        }
+        text = json.dumps(data, sort_keys=True, default=str)
+        variables = hashlib.sha256(text.encode()).hexdigest()
     files = sorted({path for host in hosts for path in controller_files(hostvars[host])})
-    data = {
-        "content": content_digest(str(Path(playbook_dir) / "..")),
-        "nodes": {host: node_vars(hostvars[host]) for host in hosts},
-        "facts": {host: node_facts(hostvars[host]) for host in hosts},
-        "files": {path: file_digest(path) for path in files},
-    }
-    text = json.dumps(data, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    text = json.dumps([variables, {path: file_digest(path) for path in files}])
+    return {"variables": variables, "inputs": hashlib.sha256(text.encode()).hexdigest()}
 
 
 def mpictl_selected_components(

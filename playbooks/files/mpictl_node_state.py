@@ -2,8 +2,8 @@
 
 Run with ``raw`` (one SSH exec, no module payload: ``python3 -c <this file> <JSON>``), it prints one
 JSON object. ``{"mode": "probe", "inputs": D, "cuda_homes": [...]}`` (read-only) compares the
-record with the node as
-it is now and returns the components still in that state (``converged``) and the node's GPU count
+record with the node as it is now and returns the components still in that state
+(``converged``), those whose signed items changed (``drifted``) and the node's GPU count
 (``gpus``). ``{"mode": "record", "inputs": D, "claims": {component: [item, ...]}, "keep": [...]}``
 signs what each component claims and writes the record (``changed``).
 
@@ -311,21 +311,32 @@ def load(path: str) -> dict:
     return components if isinstance(components, dict) else {}
 
 
-def converged(components: dict, inputs: str, env: str, signer: Signer) -> list[str]:
-    """The components of the record whose inputs, environment and signatures all still match."""
-    out = []
+def drifted(entry: object, signer: Signer) -> bool:
+    """Whether anything the entry signed is no longer as signed (a damaged entry counts)."""
+    signatures = entry.get("signatures") if isinstance(entry, dict) else None
+    if not isinstance(signatures, dict):
+        return True
+    try:
+        return any(signer.sign(item) != sig for item, sig in signatures.items())
+    except ValueError:
+        return True
+
+
+def assess(components: dict, inputs: str, env: str, signer: Signer) -> dict[str, list[str]]:
+    """``converged``: the components of the record whose inputs, environment and signatures all
+    still match; ``drifted``: those whose signed items changed since the record (whatever the
+    inputs: the node was changed behind mpictl's back, and the role reinstalls)."""
+    out: dict[str, list[str]] = {"converged": [], "drifted": []}
     for name, entry in sorted(components.items()):
-        if not isinstance(entry, dict) or entry.get("inputs") != inputs or entry.get("env") != env:
-            continue
-        signatures = entry.get("signatures")
-        if not isinstance(signatures, dict):
-            continue
-        try:
-            if all(signer.sign(item) == sig for item, sig in signatures.items()):
-                out.append(name)
-        except ValueError:
-            continue
+        if drifted(entry, signer):
+            out["drifted"].append(name)
+        elif entry.get("inputs") == inputs and entry.get("env") == env:
+            out["converged"].append(name)
     return out
+
+
+def converged(components: dict, inputs: str, env: str, signer: Signer) -> list[str]:
+    return assess(components, inputs, env, signer)["converged"]
 
 
 def recorded(
@@ -382,7 +393,7 @@ def handle(request: dict) -> dict:
     signer = Signer()
     components = load(path)
     if mode == "probe":
-        return {"converged": converged(components, inputs, env, signer), "gpus": len(gpus)}
+        return {**assess(components, inputs, env, signer), "gpus": len(gpus)}
     claims = request.get("claims") or {}
     keep = request.get("keep") or []
     if not isinstance(claims, dict) or not isinstance(keep, list):

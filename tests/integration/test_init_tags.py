@@ -18,6 +18,7 @@ ALWAYS_PLAYS = (  # validation and preflight: they run whatever the tags select
     "Validate the controller and the inventory",
     "Gather the facts of every node",
     "Check the variables of every role before any node is changed",
+    "Record what this run left on every node",
 )
 
 

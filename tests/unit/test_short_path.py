@@ -205,7 +205,7 @@ def test_inputs_digest_follows_variables_facts_content_and_key_files(tmp_path: P
     def digest(**changes: object) -> str:
         return state.mpictl_state_inputs(
             {**hostvars, **changes}, ["node2", "node1"], str(content / "playbooks")
-        )
+        )["inputs"]
 
     base = digest()
     assert digest() == base
@@ -240,10 +240,29 @@ def test_inputs_digest_follows_variables_facts_content_and_key_files(tmp_path: P
         assert digest() != before, path
 
 
-def test_the_package_beside_the_content_or_around_it() -> None:
+def test_the_end_of_a_run_digests_the_files_again_not_the_variables(tmp_path: Path) -> None:
+    content = tmp_path / "content"
+    (content / "playbooks").mkdir(parents=True)
+    key = tmp_path / "munge.key"
+    start = {"node1": {"slurm_munge_key_path": str(key), "mpi_slots": 1}}
+    first = state.mpictl_state_inputs(start, ["node1"], str(content / "playbooks"))
+    key.write_text("made by this run")
+    # a role set a fact of its own during the run: the variables part is the run's first one
+    end = {"node1": {**start["node1"], "build_once_result": {"needed": True}}}
+    last = state.mpictl_state_inputs(end, ["node1"], str(content / "playbooks"), first["variables"])
+    assert last["variables"] == first["variables"]
+    assert last["inputs"] != first["inputs"]
+    again = state.mpictl_state_inputs(start, ["node1"], str(content / "playbooks"))
+    assert again == last  # the next run starts where this one ended
+
+
+def test_the_package_beside_the_content_or_around_it(tmp_path: Path) -> None:
     assert state.package_dir(ROOT) == ROOT / "mpictl"  # a clone
-    wheel = Path("/site-packages/mpictl/_ansible")
-    assert state.package_dir(wheel) == Path("/site-packages/mpictl")
+    wheel = tmp_path / "site-packages" / "mpictl"
+    (wheel / "_ansible").mkdir(parents=True)
+    (wheel / "__init__.py").write_text("")
+    assert state.package_dir(wheel / "_ansible") == wheel
+    assert state.package_dir(tmp_path / "copied") is None  # never a walk of whatever is around
 
 
 def test_claims_name_the_drop_in_directory_of_mpi_environment() -> None:
