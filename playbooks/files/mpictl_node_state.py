@@ -151,33 +151,31 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def entry_line(st: os.stat_result) -> str:
+    """Type, mode and owner; for a file, size and mtime (a directory's mtime moves with any file
+    created in it: not drift)."""
+    kind = stat.S_IFMT(st.st_mode)
+    head = f"{kind:o} {stat.S_IMODE(st.st_mode):o} {st.st_uid}:{st.st_gid}"
+    if kind == stat.S_IFREG:
+        return f"{head} {st.st_size} {st.st_mtime_ns}"
+    return head
+
+
 def stat_signature(path: str, content: bool = True) -> str:
-    """One line for path: absent, or its type, mode and owner; a file's size and mtime (and with
-    content, the sha256 of a small one); a link's target."""
+    """One line for path: absent, or entry_line, a link's target and (with content) the sha256
+    of a small file."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return "absent"
     except OSError as err:
         return f"error {err.errno}"
-    head = f"{stat.S_IFMT(st.st_mode):o} {stat.S_IMODE(st.st_mode):o} {st.st_uid}:{st.st_gid}"
+    line = entry_line(st)
     if stat.S_ISLNK(st.st_mode):
-        return f"{head} -> {os.readlink(path)}"
-    if stat.S_ISREG(st.st_mode):
-        line = f"{head} {st.st_size} {st.st_mtime_ns}"
-        if content and st.st_size <= SMALL_FILE:
-            line += " " + file_sha256(path)
-        return line
-    return head  # a directory's mtime moves with any file created in it: not drift
-
-
-def entry_line(st: os.stat_result) -> str:
-    """stat_signature's line, by size and mtime only, from a stat result."""
-    kind = stat.S_IFMT(st.st_mode)
-    head = f"{kind:o} {stat.S_IMODE(st.st_mode):o} {st.st_uid}:{st.st_gid}"
-    if kind == stat.S_IFREG:
-        return f"{head} {st.st_size} {st.st_mtime_ns}"
-    return head
+        return f"{line} -> {os.readlink(path)}"
+    if content and stat.S_ISREG(st.st_mode) and st.st_size <= SMALL_FILE:
+        line += " " + file_sha256(path)
+    return line
 
 
 def tree_signature(root: str) -> str:

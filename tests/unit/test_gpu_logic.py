@@ -5,7 +5,6 @@ wrapper's GPU pinning against the test stub of nvidia-smi."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
@@ -13,23 +12,16 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jinja2
 import pytest
 import yaml
 
+from tests.unit.loader import load
+
 ROOT = Path(__file__).resolve().parents[2]
 STUB = ROOT / "tests" / "integration" / "stub_nvidia_smi.py"
-
-
-def load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 cuda = load("mpictl_cuda_filter", ROOT / "filter_plugins" / "mpictl_cuda.py")

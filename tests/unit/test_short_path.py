@@ -1,28 +1,20 @@
-"""The cluster's short path: the node's record (playbooks/library/mpictl_node_state.py) and the
+"""The cluster's short path: the node's record (playbooks/files/mpictl_node_state.py) and the
 controller's digest of a run's inputs (filter_plugins/mpictl_state.py). A record that missed a
 change would leave a drifted node unrepaired; one that saw changes where there are none would
 make every re-run take the long path."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
+from tests.unit.loader import load
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 node = load("mpictl_node_state", ROOT / "playbooks" / "files" / "mpictl_node_state.py")
