@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.hostile import Hostile
+
 DATA = Path(__file__).parent / "data"
 
 
@@ -19,3 +21,9 @@ def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MPICTL_STATE_DIR", str(state))
     monkeypatch.delenv("MPICTL_CACHE_DIR", raising=False)
     return state
+
+
+@pytest.fixture
+def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Hostile:
+    """A controller with no cluster, every process and write watched (tests/unit/hostile.py)."""
+    return Hostile(tmp_path, monkeypatch)

@@ -243,8 +243,3 @@ class Hostile:
         for text in says:
             assert text in got.err_lines[0], why
         return got
-
-
-@pytest.fixture
-def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Hostile:
-    return Hostile(tmp_path, monkeypatch)

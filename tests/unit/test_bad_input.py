@@ -6,7 +6,7 @@ Every input mpictl adds joins these modules (``test_bad_input*.py``)."""
 
 from __future__ import annotations
 
-from tests.unit.hostile import Hostile, hostile  # noqa: F401 - the fixture
+from tests.unit.hostile import Hostile
 
 
 def test_the_spies_see_a_command_that_gets_through(hostile: Hostile) -> None:
