@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import programs, remote, submit
+from mpictl import inputs, planner, programs, remote, submit
 from mpictl import settings as cluster_settings
 from mpictl.errors import CheckFailed, Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
@@ -26,6 +27,8 @@ from mpictl.planner import LaunchOptions
 
 MIN_BYTES = 8
 MAX_BYTES = 256 * 1024 * 1024
+MAX_SWEEP_BYTES = 16 * 1024**3  # bench_allreduce.py allocates two buffers of the largest size
+MAX_PPN = 4096
 REPORT_BYTES = 64 * 1024 * 1024
 RESULTS_FILE = "bench.json"
 IPERF_PORT = 5201
@@ -176,14 +179,15 @@ def run_bench(
     timeout: float = 900,
     on_output: OutputHandler | None = None,
 ) -> BenchReport:
-    if min_bytes < 4 or max_bytes < min_bytes:
-        raise UsageError(f"bad size range {min_bytes}..{max_bytes} (need 4 <= min <= max)")
+    if min_bytes < 4 or max_bytes < min_bytes or max_bytes > MAX_SWEEP_BYTES:
+        raise UsageError(
+            f"bad size range {min_bytes}..{max_bytes} (need 4 <= min <= max <= {MAX_SWEEP_BYTES})"
+        )
+    inputs.integer("--ppn", ppn, minimum=1, maximum=MAX_PPN)
+    inputs.seconds("bench's timeout", timeout)
     if len(cluster.nodes) < 2:
         raise UsageError("bench needs at least two nodes (it measures the link between them)")
     settings = cluster_settings.for_cluster(cluster)
-    head = remote.HeadSSH.for_cluster(cluster)
-    head.check_reachable()
-    report = BenchReport()
     options = LaunchOptions(
         command=[
             settings.venv_python,
@@ -195,6 +199,10 @@ def run_bench(
         ppn=ppn,
         timeout=timeout,
     )
+    planner.plan(cluster, options, "check", settings=settings)  # bad options: before any contact
+    head = remote.HeadSSH.for_cluster(cluster)
+    head.check_reachable()
+    report = BenchReport()
     result, record = submit.submit(
         cluster,
         options,
@@ -241,6 +249,22 @@ def check_plotting() -> None:
         raise UsageError("--plot needs matplotlib: pip install 'mpictl[plot]'")
 
 
+def check_plot_path(path: Path) -> Path:
+    """``--plot FILE.png`` before the sweep: a ``.png`` name in an existing, writable directory,
+    not a directory, link or device (the sweep takes minutes; its end is no time to find out)."""
+    where = f"--plot {inputs.shown(str(path), limit=1000)}"
+    if path.suffix.lower() != ".png":
+        raise UsageError(f"{where}: the plot is a PNG file: give a name ending in .png")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{where}: no directory {inputs.shown(str(parent), limit=1000)}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}: {inputs.shown(str(parent), limit=1000)} is not writable")
+    if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+        raise UsageError(f"{where}: exists and is not a regular file")
+    return path
+
+
 def plot(report: BenchReport, path: Path) -> Path:
     """PNG of busbw and algbw vs message size, with the iperf3 link limit as a line."""
     import matplotlib
@@ -263,7 +287,6 @@ def plot(report: BenchReport, path: Path) -> Path:
     ax.legend()
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     plt.close(fig)
     return path

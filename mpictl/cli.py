@@ -9,15 +9,20 @@ commands, not with logic.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from mpictl import __version__, cli_jobs
 from mpictl.cli_options import InventoryOpt, JsonOpt, LauncherOpt, echo_stream, inventory_path
 from mpictl.errors import MpictlError, ProvisionError, UsageError
+from mpictl.inputs import shown
 
 app = typer.Typer(
     name="mpictl",
@@ -240,14 +245,17 @@ def smoke(
     from mpictl import smoke as smoke_mod
     from mpictl import ui
     from mpictl.errors import CheckFailed
+    from mpictl.inputs import quoted, seconds
     from mpictl.inventory import load_inventory
-
-    if suite not in smoke_mod.SUITES:
-        raise UsageError(f"unknown suite '{suite}' (choose from {', '.join(smoke_mod.SUITES)})")
     from mpictl.submit import LAUNCHERS
 
+    if suite not in smoke_mod.SUITES:
+        raise UsageError(
+            f"unknown suite {quoted(suite)} (choose from {', '.join(smoke_mod.SUITES)})"
+        )
     if launcher not in LAUNCHERS:
-        raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+        raise UsageError(f"--launcher {quoted(launcher)}: choose one of {', '.join(LAUNCHERS)}")
+    seconds("--timeout", timeout)
     cluster = load_inventory(inventory_path(inventory))
 
     def announce(name: str, plan: object) -> None:
@@ -323,8 +331,9 @@ def bench(
     from mpictl import ui
     from mpictl.inventory import load_inventory
 
-    if plot is not None:
-        bench_mod.check_plotting()  # before the sweep, not after it
+    if plot is not None:  # before the sweep, not after it
+        bench_mod.check_plot_path(plot)
+        bench_mod.check_plotting()
     report = bench_mod.run_bench(
         load_inventory(inventory_path(inventory)), max_bytes=max_size, ppn=ppn
     )
@@ -349,30 +358,93 @@ def bench(
     typer.echo(f"results: {report.results_path}")
 
 
+DEBUG_ENV = "MPICTL_DEBUG"
+
+
+def _error(text: str) -> None:
+    """One line on stderr: user text inside it escaped (a newline cannot split it, an escape
+    sequence cannot reach the terminal)."""
+    print(f"mpictl: error: {shown(text, limit=2000)}", file=sys.stderr)
+
+
+class _CtrlC:
+    """Whether SIGINT arrived while a command ran (Typer answers it with a silent exit 130;
+    a command that handles SIGINT itself, as a job does, replaces this handler meanwhile)."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.getsignal(signal.SIGINT)
+            if self.previous is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __bool__(self) -> bool:
+        return self.seen
+
+    def restore(self) -> None:
+        if self.previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def _watch_ctrl_c() -> _CtrlC:
+    return _CtrlC()
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app, turn errors into one line on stderr and an exit code."""
+    """Entry point: run the app, turn errors into one line on stderr and an exit code.
+
+    Nothing escapes as a traceback: an ``MpictlError`` is its own line and exit code; an
+    ``OSError`` (a file or directory mpictl could not use) names the path, exit 1; anything else
+    is a bug in mpictl, one line, exit 1. ``MPICTL_DEBUG=1`` adds the traceback of the last two.
+    """
+    interrupted = _watch_ctrl_c()
     try:
         rv = app(args=argv, prog_name="mpictl", standalone_mode=False)
     except MpictlError as exc:
-        print(f"mpictl: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         code = exc.exit_code
     except (KeyboardInterrupt, typer.Abort):
         print("mpictl: interrupted", file=sys.stderr)
         code = 130
     except typer.Exit as exc:
         code = exc.exit_code
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        _error(f"{where}{exc.strerror or exc} (MPICTL_DEBUG=1 shows where)")
+        code = 1
+        if _debug():
+            traceback.print_exc()
     except Exception as exc:
-        # Typer's (vendored click) usage errors: one line, exit 2. Anything else is a bug and
-        # keeps its traceback.
-        if not hasattr(exc, "format_message"):
-            raise
-        code = int(getattr(exc, "exit_code", 2))
-        if type(exc).__name__ == "NoArgsIsHelpError":
-            print(exc.format_message(), file=sys.stderr)
+        if hasattr(exc, "format_message"):
+            # Typer's (vendored click) usage errors: one line, exit 2.
+            code = int(getattr(exc, "exit_code", 2))
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                print(exc.format_message(), file=sys.stderr)
+            else:
+                _error(exc.format_message())
         else:
-            print(f"mpictl: error: {exc.format_message()}", file=sys.stderr)
+            _error(
+                f"internal error: {type(exc).__name__}: {exc} (a bug in mpictl: please report "
+                f"it with the output of {DEBUG_ENV}=1 mpictl ...)"
+            )
+            code = 1
+            if _debug():
+                traceback.print_exc()
     else:
         code = rv if isinstance(rv, int) else 0
+        if interrupted and code == 130:  # Typer turns Ctrl-C into a silent exit 130
+            print("mpictl: interrupted", file=sys.stderr)
+    finally:
+        interrupted.restore()
     if argv is None:
         sys.exit(code)
     return code

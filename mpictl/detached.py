@@ -47,7 +47,7 @@ def _command(action: str, *args: str) -> str:
 def parse_state(line: str) -> tuple[str, HeadState]:
     """``DIR exited RC`` / ``DIR cancelled`` / ``DIR running`` / ``DIR lost`` -> (dir, state)."""
     parts = line.split()
-    if len(parts) == 3 and parts[1] == "exited" and parts[2].lstrip("-").isdigit():
+    if len(parts) == 3 and parts[1] == "exited" and parts[2].lstrip("-").isdecimal():
         return parts[0], HeadState("exited", int(parts[2]))
     if len(parts) == 2 and parts[1] in ("running", "cancelled", "lost"):
         return parts[0], HeadState(parts[1])

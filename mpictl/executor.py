@@ -118,7 +118,7 @@ def cleanup(head: remote.HeadSSH, job_id: str, hosts: Sequence[str]) -> CleanupR
     for host in hosts:
         out = outputs.get(host)
         parts = out.stdout.split() if out else []
-        if out is not None and out.ok and len(parts) == 2 and all(p.isdigit() for p in parts):
+        if out is not None and out.ok and len(parts) == 2 and all(p.isdecimal() for p in parts):
             report.per_host.append(
                 {"host": host, "ok": True, "found": int(parts[0]), "left": int(parts[1])}
             )

@@ -137,7 +137,7 @@ def parse_probe(text: str) -> ProbeFacts | None:
 
 
 def _count(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    return int(value) if value is not None and value.isdecimal() else None
 
 
 def _ssh_flags(target: SshTarget) -> list[str]:

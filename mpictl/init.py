@@ -11,16 +11,21 @@ unless asked to.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
+import stat
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mpictl import inputs
 from mpictl.errors import UsageError
 from mpictl.hostcheck import SshTarget
 from mpictl.hostnames import NOT_A_HOST, NOT_AN_ADDRESS, host_problem, is_ip_address
+from mpictl.inputs import quoted, shown
 
 SPEC_SYNTAX = "[NAME=]HOST[:PORT], with an IPv6 HOST in brackets when a port follows"
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
@@ -81,9 +86,12 @@ def parse_host_spec(text: str) -> HostSpec:
         raise UsageError(f"host {text!r}: {host!r}: {NOT_A_HOST} ({SPEC_SYNTAX})")
     port = None
     if port_text is not None:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise UsageError(f"host {text!r}: port {port_text!r} is not a number in 1..65535")
-        port = int(port_text)
+        try:
+            port = inputs.port("port", port_text)
+        except UsageError:
+            raise UsageError(
+                f"host {quoted(text)}: port {quoted(port_text)} is not a number in 1..65535"
+            ) from None
     name = name if sep else host
     if host_problem(name):
         why = NOT_AN_ADDRESS
@@ -214,22 +222,56 @@ def render(starter: Starter) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(text: str, output: Path, *, force: bool = False) -> None:
-    """Write the inventory; an existing ``output`` is a UsageError unless ``force``."""
-    exists = UsageError(f"{output}: already exists (--force overwrites it)")
-    if output.is_dir():
-        raise UsageError(f"{output}: is a directory")
-    if not force and (output.exists() or output.is_symlink()):
-        raise exists
+def check_output(output: Path, *, force: bool = False) -> None:
+    """``-o``: a new path in an existing directory, or with ``force`` an existing regular file.
+    A symbolic link, a directory or anything else (``/dev/stdout`` is a link, a device behind
+    it) is refused: ``--force`` would replace the link itself, not write where it points."""
+    where = shown(str(output), limit=1000)
     try:
-        if force:
-            tmp = output.with_name(f".{output.name}.mpictl-tmp")
-            tmp.write_text(text)
-            os.replace(tmp, output)
+        info = os.lstat(output)
+    except FileNotFoundError:
+        parent = output.parent
+        if not parent.is_dir():
+            raise UsageError(
+                f"{where}: no directory {quoted(str(parent))} to write it in"
+            ) from None
+        return
+    except OSError as exc:
+        raise UsageError(f"{where}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UsageError(f"{where}: is a symbolic link (give the path of the file itself)")
+    if stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{where}: is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{where}: is not a regular file ('-o -' prints the inventory)")
+    if not force:
+        raise UsageError(f"{where}: already exists (--force overwrites it)")
+
+
+def write(text: str, output: Path, *, force: bool = False) -> None:
+    """Write the inventory to ``output`` (:func:`check_output` first): a new file is created
+    exclusively, an existing regular one (``force``) replaced atomically by a private temporary
+    file in the same directory."""
+    check_output(output, force=force)
+    where = shown(str(output), limit=1000)
+    try:
+        if force and os.path.lexists(output):
+            fd, tmp = tempfile.mkstemp(
+                dir=output.parent, prefix=f".{output.name}.", suffix=".mpictl-tmp"
+            )
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(text)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, output)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         else:
             with output.open("x") as handle:
                 handle.write(text)
     except FileExistsError:
-        raise exists from None
+        raise UsageError(f"{where}: already exists (--force overwrites it)") from None
     except OSError as exc:
-        raise UsageError(f"{output}: cannot write: {exc.strerror or exc}") from None
+        raise UsageError(f"{where}: cannot write: {exc.strerror or exc}") from None

@@ -12,14 +12,14 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mpictl import inputs
 from mpictl import settings as cluster_settings
 from mpictl.errors import UsageError
 from mpictl.inventory import Cluster, Node
 from mpictl.network import Network
 
 DEFAULT_MASTER_PORT = 29500
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MCA_NAME = re.compile(r"^[A-Za-z0-9_^-]+$")
+_MCA_NAME = re.compile(r"[A-Za-z0-9_^-]+")
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,12 @@ class Placement:
 
 
 def parse_env(items: Sequence[str]) -> list[str]:
+    """``-x NAME`` or ``-x NAME=VALUE``: the name whole (a final newline is not part of a name),
+    the value one line (it becomes an ``export`` line of a Slurm batch script)."""
     for item in items:
-        if not _ENV_NAME.match(item.split("=", 1)[0]):
-            raise UsageError(f"-x {item!r}: expected NAME or NAME=VALUE")
+        name, _, value = item.partition("=")
+        if not inputs.fullmatch(inputs.ENV_NAME, name) or _multiline(value):
+            raise UsageError(f"-x {inputs.quoted(item)}: expected NAME or NAME=VALUE (one line)")
     return list(items)
 
 
@@ -83,10 +86,17 @@ def parse_mca(items: Sequence[str]) -> list[tuple[str, str]]:
     out = []
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key or not _MCA_NAME.match(key) or value == "":
-            raise UsageError(f"--mca {item!r}: expected KEY=VALUE (e.g. btl_tcp_if_include=eth0)")
+        if not sep or not inputs.fullmatch(_MCA_NAME, key) or value == "" or _multiline(value):
+            raise UsageError(
+                f"--mca {inputs.quoted(item)}: expected KEY=VALUE, one line "
+                "(e.g. btl_tcp_if_include=eth0)"
+            )
         out.append((key, value))
     return out
+
+
+def _multiline(value: str) -> bool:
+    return any(c in value for c in "\n\r\x00")
 
 
 def select_nodes(cluster: Cluster, hosts: Sequence[str] | None) -> list[Node]:
@@ -118,14 +128,13 @@ def rank0_host(cluster: Cluster, nodes: Sequence[Node]) -> Node:
 
 
 def check_numbers(options: LaunchOptions) -> None:
-    if not options.command:
+    if not options.command or not options.command[0].strip():
         raise UsageError("no command to run: give it after `--` (e.g. mpictl run -- hostname)")
     if options.np is not None and options.np <= 0:
         raise UsageError(f"-np must be a positive number of ranks, got {options.np}")
     if options.ppn is not None and options.ppn <= 0:
         raise UsageError(f"--ppn must be a positive number of ranks per node, got {options.ppn}")
-    if options.timeout is not None and options.timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {options.timeout}")
+    inputs.seconds("--timeout", options.timeout)
     if not 0 < options.master_port < 65536:
         raise UsageError(f"--master-port must be a TCP port, got {options.master_port}")
 

@@ -61,7 +61,7 @@ def parse_state(line: str) -> SlurmState:
     ):
         raise ValueError(f"not a Slurm job state: {line!r}")
     code = parts[2]
-    if code != "-" and not code.lstrip("-").isdigit():
+    if code != "-" and not code.lstrip("-").isdecimal():
         raise ValueError(f"not a Slurm job state: {line!r}")
     return SlurmState(
         slurm_id=parts[0],

@@ -18,7 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from mpictl import detached, jobops, jobs, network, planner, remote, slurm, transfer, workdir
+from mpictl import (
+    detached,
+    inputs,
+    jobops,
+    jobs,
+    network,
+    planner,
+    remote,
+    slurm,
+    transfer,
+    workdir,
+)
 from mpictl import settings as cluster_settings
 from mpictl.errors import UsageError
 from mpictl.executor import JobResult, OutputHandler, execute
@@ -162,6 +173,8 @@ def _prepare(
     if request.workdir is not None:
         req = request.workdir
         selection = workdir.select(req.directory, req.excludes, req.max_bytes)
+    if request.output_dir is not None:
+        check_output_dir(request.output_dir)
     head = via.prepare(cluster)
     extra = dict(request.extra)
     if request.output_dir is not None:
@@ -173,6 +186,19 @@ def _prepare(
         extra["workdir"] = report.to_json()
         plan = via.plan(cluster, dataclasses.replace(options, wdir=report.path), job_id)
     return plan, create_record(cluster, plan, options.command, extra)
+
+
+def check_output_dir(path: Path) -> None:
+    """``--output-dir`` before anything starts: a directory mpictl can write in, or a new path
+    whose nearest existing ancestor is one (it is created when the job starts)."""
+    where = f"--output-dir {inputs.shown(str(path), limit=1000)}"
+    probe = Path(os.path.abspath(path))
+    while not os.path.lexists(probe):
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{where}: {inputs.shown(str(probe), limit=1000)} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}: {inputs.shown(str(probe), limit=1000)} is not writable")
 
 
 def _writable_dir(path: Path) -> Path:
