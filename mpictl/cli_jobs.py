@@ -16,7 +16,12 @@ import typer
 from mpictl.cli_options import InventoryOpt, JsonOpt, LauncherOpt, echo_stream, inventory_path
 
 jobs_app = typer.Typer(help="Jobs of `mpictl run`: list, show, logs, cancel.", no_args_is_help=True)
-JobIdArg = Annotated[str, typer.Argument(help="Job id (a unique prefix is enough).")]
+JobIdArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="ID", help="Job id, YYYYMMDD-HHMMSS-xxxxxx (a unique prefix is enough)."
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -186,16 +191,19 @@ def jobs_logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Follow until the job ends; exit with its code.")
     ] = False,
-    rank: Annotated[int | None, typer.Option("--rank", help="Only this rank's output.")] = None,
+    rank: Annotated[
+        str | None, typer.Option("--rank", metavar="N", help="Only this rank's output.")
+    ] = None,
 ) -> None:
     """Print a job's output (detached jobs: fetched from the head)."""
-    from mpictl import jobops
+    from mpictl import inputs, jobops
 
     def out(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    code = jobops.logs(job_id, follow=follow, rank=rank, out=out)
+    number = None if rank is None else inputs.integer("--rank", rank, minimum=0)
+    code = jobops.logs(job_id, follow=follow, rank=number, out=out)
     if follow and code is not None:
         raise typer.Exit(code)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mpictl import detached, jobs, ranks, remote, slurm
+from mpictl import detached, inputs, jobs, ranks, remote, slurm
 from mpictl.errors import JobError
 from mpictl.executor import CleanupReport
 from mpictl.inventory import load_inventory
@@ -51,9 +51,7 @@ def _launcher(record: jobs.JobRecord) -> str:
 
 def _output(record: jobs.JobRecord) -> str:
     """The record's output as written: no newline translation (carriage returns stay)."""
-    if not record.output_path.exists():
-        return ""
-    return record.output_path.read_bytes().decode("utf-8", errors="replace")
+    return jobs.output_bytes(record).decode("utf-8", errors="replace")
 
 
 def refresh(records: list[jobs.JobRecord]) -> tuple[list[jobs.JobRecord], list[str]]:
@@ -95,14 +93,19 @@ def _settle_group(head: remote.HeadSSH, group: list[jobs.JobRecord]) -> dict[str
 def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Printer) -> int | None:
     """Print a job's output (``rank``: that rank's only); with ``follow``, until the job ends.
     The job's exit code when it has ended, else None."""
+    if rank is not None:
+        inputs.integer("--rank", rank, minimum=0)  # before the id is looked up
     record = jobs.load(job_id)
     launcher = _launcher(record)
     if rank is not None:
         ranks.of_rank("", rank, record.ranks)  # a rank the job did not have: refused up front
+    if _unfetched(record):
+        jobs.writable(record)  # its output is fetched into the record's directory
     printed = 0
-    if rank is None and record.output_path.exists():
-        data = record.output_path.read_bytes()
-        out(data.decode("utf-8", errors="replace"))
+    if rank is None:
+        data = jobs.output_bytes(record)
+        if data:
+            out(data.decode("utf-8", errors="replace"))
         printed = len(data)
     stream = None if rank is not None else out
     state = None
@@ -127,6 +130,13 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
     return code if code >= 0 else 1  # a lost job: its exit code was never known
 
 
+def _unfetched(record: jobs.JobRecord) -> bool:
+    """Whether the job's output is still to be fetched from the cluster."""
+    return (detached.is_detached(record) and not record.extra["detached"].get("fetched")) or (
+        slurm.is_slurm(record) and not record.extra["slurm"].get("fetched")
+    )
+
+
 def _fetch_slurm(record: jobs.JobRecord, *, follow: bool, out: Printer | None) -> object:
     """The Slurm job's output from its batch host (None when another mpictl is fetching it)."""
     if "id" not in record.extra["slurm"]:
@@ -142,23 +152,24 @@ def _fetch_slurm(record: jobs.JobRecord, *, follow: bool, out: Printer | None) -
 
 def _follow_local(record: jobs.JobRecord, offset: int, out: Printer | None) -> None:
     """Print what an attached job's supervisor appends to its output, until the job ends."""
-    with record.output_path.open("rb") as fh:
-        fh.seek(offset)
-        while True:
-            chunk = fh.read()
-            if chunk and out is not None:
-                out(chunk.decode("utf-8", errors="replace"))
-            if jobs.load(record.id).status != jobs.RUNNING:
-                rest = fh.read()
-                if rest and out is not None:
-                    out(rest.decode("utf-8", errors="replace"))
-                return
-            time.sleep(POLL_S)
+    while True:
+        chunk = jobs.output_bytes(record, offset)
+        offset += len(chunk)
+        if chunk and out is not None:
+            out(chunk.decode("utf-8", errors="replace"))
+        if jobs.load(record.id).status != jobs.RUNNING:
+            rest = jobs.output_bytes(record, offset)
+            if rest and out is not None:
+                out(rest.decode("utf-8", errors="replace"))
+            return
+        time.sleep(POLL_S)
 
 
 def cancel(job_id: str) -> dict[str, Any]:
     """End a running job on every node; what happened, for the CLI to print."""
     record = jobs.load(job_id)
+    if record.status == jobs.RUNNING:
+        jobs.writable(record)  # the cancel is recorded: a state dir that cannot be written says so
     if record.status == jobs.RUNNING and _remote(record):
         record = refresh([record])[0][0]  # ended by itself: settled, not cancelled
     if record.status != jobs.RUNNING:

@@ -8,12 +8,21 @@ plain values: it knows nothing about launchers or plans.
 A record still ``running`` whose controller process is gone (killed with SIGKILL, a crashed
 controller) is reported as ``unknown``: an attached job ends with its controller's SSH channel,
 so it is not running any more, but how it ended was never recorded.
+
+A job id is ``YYYYMMDD-HHMMSS-xxxxxx`` (:func:`new_id`); a user may give any unique prefix of
+one. Ids are never paths: anything else is an unknown job before a file is read, and a prefix is
+matched against the names in the jobs dir (entries that are not ids are ignored). A record that
+does not read (not JSON, not an object, a field of the wrong type, an id that is not its
+directory's name) is a one-line JobError for the commands that act on it, and an ``unreadable``
+row in :func:`list_jobs`. A state dir that cannot be used is :func:`paths.unusable`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import socket
 import time
 import uuid
@@ -23,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from mpictl import paths
-from mpictl.errors import UsageError
+from mpictl.errors import JobError, UsageError
+from mpictl.inputs import quoted, shown
 
 RECORD = "job.json"
 OUTPUT = "output.log"
@@ -32,6 +42,11 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED = "cancelled"
 UNKNOWN = "unknown"
+UNREADABLE = "unreadable"  # a record that does not read (listed, never acted on)
+WHAT = "job records"  # what the state dir keeps in jobs/ (for paths.unusable)
+
+ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}")
+_FILLER = "00000000-000000-000000"  # completes a prefix into an id of the same shape
 
 
 @dataclass
@@ -111,10 +126,15 @@ def save(record: JobRecord) -> None:
 
 
 def _write(record: JobRecord) -> None:
-    record.directory.mkdir(parents=True, exist_ok=True)
-    tmp = record.directory / (RECORD + ".tmp")
-    tmp.write_text(json.dumps(record.to_json(), indent=2) + "\n")
-    os.replace(tmp, record.directory / RECORD)
+    if not is_id(record.id) or record.status == UNREADABLE:  # a bug: ids are never paths
+        raise ValueError(f"not a job record to write: {record.id!r} ({record.status})")
+    directory = paths.ensure_dir(record.directory, WHAT)
+    tmp = directory / (RECORD + ".tmp")
+    try:
+        tmp.write_text(json.dumps(record.to_json(), indent=2) + "\n")
+        os.replace(tmp, directory / RECORD)
+    except OSError as exc:
+        raise paths.unusable(directory, WHAT, exc) from None
 
 
 def create(
@@ -142,7 +162,10 @@ def create(
         controller=_this_controller(),
     )
     _write(record)
-    record.output_path.touch()
+    try:
+        record.output_path.touch()
+    except OSError as exc:
+        raise paths.unusable(record.directory, WHAT, exc) from None
     return record
 
 
@@ -166,41 +189,222 @@ def resolved(record: JobRecord) -> JobRecord:
     return record
 
 
-def load(job_id: str) -> JobRecord:
-    """The record of ``job_id`` (a unique prefix is enough); UsageError when unknown."""
+def is_id(text: str) -> bool:
+    """``text`` is a whole job id (``YYYYMMDD-HHMMSS-xxxxxx``, 6 lowercase hex)."""
+    return isinstance(text, str) and ID.fullmatch(text) is not None
+
+
+def is_prefix(text: str) -> bool:
+    """``text`` is a non-empty prefix of some job id (digits, dashes and hex where an id has
+    them, no longer than one)."""
+    return (
+        isinstance(text, str)
+        and 0 < len(text) <= len(_FILLER)
+        and is_id(text + _FILLER[len(text) :])
+    )
+
+
+def _unknown(job_id: str) -> UsageError:
+    return UsageError(f"unknown job {quoted(job_id)} (see `mpictl jobs list`)")
+
+
+def _recorded() -> list[str]:
+    """The ids of the jobs dir's entries that hold a record, sorted (other entries ignored)."""
     base = paths.jobs_dir()
-    exact = base / job_id / RECORD
-    if exact.is_file():
-        candidates = [exact]
-    else:
-        candidates = sorted(base.glob(f"{job_id}*/{RECORD}")) if job_id else []
-    if not candidates:
-        raise UsageError(f"unknown job '{job_id}' (see `mpictl jobs list`)")
-    if len(candidates) > 1:
-        raise UsageError(f"job id '{job_id}' is ambiguous ({len(candidates)} jobs match)")
-    return resolved(_read(candidates[0]))
+    return [
+        name
+        for name in paths.entries(base, WHAT)
+        if is_id(name) and os.path.lexists(base / name / RECORD)
+    ]
 
 
-def _read(path: Path) -> JobRecord:
-    data = json.loads(path.read_text())
-    known = set(JobRecord.__dataclass_fields__)
-    return JobRecord(**{k: v for k, v in data.items() if k in known})
+def find(job_id: str) -> str:
+    """The id of the one recorded job ``job_id`` is, or is a prefix of; UsageError (exit 2)
+    when it is not an id or a prefix of one, when no job or more than one matches."""
+    if not is_prefix(job_id):
+        raise UsageError(
+            f"unknown job {quoted(job_id)}: a job id is YYYYMMDD-HHMMSS-xxxxxx or a prefix of "
+            "one (see `mpictl jobs list`)"
+        )
+    known = _recorded()
+    if job_id in known:
+        return job_id
+    matches = [name for name in known if name.startswith(job_id)]
+    if not matches:
+        raise _unknown(job_id)
+    if len(matches) > 1:
+        some = ", ".join(matches[:3]) + (", ..." if len(matches) > 3 else "")
+        raise UsageError(f"job id '{job_id}' is ambiguous ({len(matches)} jobs match: {some})")
+    return matches[0]
+
+
+def load(job_id: str) -> JobRecord:
+    """The record of ``job_id`` (a unique prefix is enough); UsageError when unknown, JobError
+    when its record does not read."""
+    found = find(job_id)
+    path = paths.jobs_dir() / found / RECORD
+    try:
+        return resolved(_read(path, found))
+    except FileNotFoundError:  # removed since the listing
+        raise _unknown(job_id) from None
+    except _Unreadable as exc:
+        raise JobError(
+            f"job {found}: its record {shown(path)} is unreadable ({exc}); remove "
+            f"{shown(path.parent)} to forget the job"
+        ) from None
+
+
+class _Unreadable(Exception):
+    """A record that is not what :func:`_write` writes (the message says how)."""
+
+
+def _read(path: Path, job_id: str) -> JobRecord:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except UnicodeDecodeError:
+        raise _Unreadable("not UTF-8 text") from None
+    except OSError as exc:
+        raise _Unreadable(exc.strerror or str(exc)) from None
+    if not text.strip():
+        raise _Unreadable("empty")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:  # JSONDecodeError, and numbers past the int digit limit
+        raise _Unreadable(f"not JSON: {shown(exc, 80)}") from None
+    except RecursionError:
+        raise _Unreadable("not JSON: nested too deep") from None
+    return _record(data, job_id)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _hosts(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(h, dict) and isinstance(h.get("host"), str) for h in value
+    )
+
+
+def _extra(value: Any) -> bool:
+    """The keys other modules read from ``extra`` have the shape they write."""
+    if not isinstance(value, dict) or not isinstance(value.get("output_dir", ""), str):
+        return False
+    on_head, in_slurm = value.get("detached", {"dir": ""}), value.get("slurm", {})
+    return (
+        isinstance(on_head, dict)
+        and isinstance(on_head.get("dir"), str)
+        and isinstance(in_slurm, dict)
+        and ("id" not in in_slurm or isinstance(in_slurm.get("dir"), str))
+    )
+
+
+# field -> (its check, what it must be, whether a record may lack it)
+_FIELDS: dict[str, tuple[Any, str, bool]] = {
+    "id": (is_id, "a job id", False),
+    "command": (_strings, "a list of strings", False),
+    "mpirun": (lambda v: isinstance(v, str), "a string", False),
+    "inventory": (lambda v: isinstance(v, str), "a string", False),
+    "head": (lambda v: isinstance(v, str), "a string", False),
+    "hosts": (_hosts, "a list of {host: name}", False),
+    "ranks": (_int, "an integer", False),
+    "start": (_number, "a number", False),
+    "end": (lambda v: v is None or _number(v), "a number or null", True),
+    "exit_code": (lambda v: v is None or _int(v), "an integer or null", True),
+    "status": (lambda v: isinstance(v, str), "a string", True),
+    "extra": (_extra, "an object of the shape mpictl writes", True),
+    "controller": (lambda v: isinstance(v, dict), "an object", True),
+}
+
+
+def _record(data: Any, job_id: str) -> JobRecord:
+    """``data`` (a parsed ``job.json``) as the record of ``job_id``; _Unreadable otherwise."""
+    if not isinstance(data, dict):
+        raise _Unreadable(
+            f"a JSON {type(data).__name__ if data is not None else 'null'}, not an object"
+        )
+    for name, (check, must, optional) in _FIELDS.items():
+        if name not in data:
+            if optional:
+                continue
+            raise _Unreadable(f"no {name!r}")
+        if not check(data[name]):
+            raise _Unreadable(f"{name!r} is not {must}")
+    if data["id"] != job_id:
+        raise _Unreadable(f"its id {quoted(data['id'])} is not its directory's name")
+    return JobRecord(**{k: v for k, v in data.items() if k in _FIELDS})
+
+
+def _started(job_id: str) -> float:
+    """When the job started, from its id (the controller's local time); 0 if it is no date."""
+    try:
+        return time.mktime(time.strptime(job_id[:15], "%Y%m%d-%H%M%S"))
+    except (ValueError, OverflowError):
+        return 0.0
+
+
+def unreadable(job_id: str, path: Path, why: str) -> JobRecord:
+    """The stand-in :func:`list_jobs` lists for a record that does not read: status
+    ``unreadable``, ``extra["unreadable"]`` says why, the start read from the id."""
+    return JobRecord(
+        id=job_id,
+        command=[],
+        mpirun="",
+        inventory="",
+        head="",
+        hosts=[],
+        ranks=0,
+        start=_started(job_id),
+        status=UNREADABLE,
+        extra={"unreadable": f"{path}: {why}"},
+    )
 
 
 def list_jobs() -> list[JobRecord]:
-    """Every recorded job, oldest first (unreadable records are skipped)."""
+    """Every recorded job, oldest first; a record that does not read is listed as
+    :func:`unreadable` (never dropped)."""
     out = []
-    for path in sorted(paths.jobs_dir().glob(f"*/{RECORD}")):
+    for job_id in _recorded():
+        path = paths.jobs_dir() / job_id / RECORD
         try:
-            out.append(resolved(_read(path)))
-        except (OSError, ValueError, TypeError):
+            out.append(resolved(_read(path, job_id)))
+        except FileNotFoundError:  # removed since the listing
             continue
+        except _Unreadable as exc:
+            out.append(unreadable(job_id, path, str(exc)))
     return sorted(out, key=lambda r: (r.start, r.id))
 
 
-def output(job_id: str) -> str:
-    record = load(job_id)
+def output_bytes(record: JobRecord, offset: int = 0) -> bytes:
+    """The job's output as written, from byte ``offset`` (none yet: empty); JobError when the
+    file does not read."""
     try:
-        return record.output_path.read_text(errors="replace")
+        with record.output_path.open("rb") as fh:
+            fh.seek(offset)
+            return fh.read()
     except FileNotFoundError:
-        return ""
+        return b""
+    except OSError as exc:
+        raise JobError(
+            f"job {record.id}: its output {shown(record.output_path)} does not read "
+            f"({exc.strerror or exc})"
+        ) from None
+
+
+def output(job_id: str) -> str:
+    return output_bytes(load(job_id)).decode("utf-8", errors="replace")
+
+
+def writable(record: JobRecord) -> None:
+    """UsageError (:func:`paths.unusable`) unless this process can write the job's record."""
+    paths.ensure_dir(record.directory, WHAT)

@@ -151,6 +151,10 @@ def nodes_table(nodes: Sequence[Any]) -> Table:
 
 
 def jobs_table(records: Sequence[JobRecord]) -> Table:
+    """Recorded jobs; a record that does not read is a row with its id, status ``unreadable``
+    and why in the command column."""
+    from mpictl.inputs import shown
+
     return _table(
         ("id", "status", "exit", "ranks", "hosts", "start", "seconds", "command"),
         [
@@ -158,11 +162,13 @@ def jobs_table(records: Sequence[JobRecord]) -> Table:
                 r.id,
                 r.status,
                 "" if r.exit_code is None else str(r.exit_code),
-                str(r.ranks),
+                "" if "unreadable" in r.extra else str(r.ranks),
                 ",".join(h["host"] for h in r.hosts),
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.start)),
                 "" if r.duration_s is None else f"{r.duration_s:.1f}",
-                _one_line(shlex.join(r.command)),
+                shown(r.extra["unreadable"], 300)
+                if "unreadable" in r.extra
+                else _one_line(shlex.join(r.command)),
             )
             for r in records
         ],

@@ -126,11 +126,14 @@ def test_parse_state() -> None:
             slurm.parse_state(bad)
 
 
+J5 = "20260105-000000-0000a5"
+
+
 def _record(status: str = jobs.RUNNING) -> jobs.JobRecord:
     record = jobs.create(
-        "J5", command=["x"], launch_line="srun x", inventory="/i", head="node1", hosts=[], ranks=2
+        J5, command=["x"], launch_line="srun x", inventory="/i", head="node1", hosts=[], ranks=2
     )
-    record.extra["slurm"] = {"id": "12", "dir": ".mpictl/slurm/J5"}
+    record.extra["slurm"] = {"id": "12", "dir": f".mpictl/slurm/{J5}"}
     jobs.save(record)
     return record
 
@@ -148,7 +151,7 @@ def _record(status: str = jobs.RUNNING) -> jobs.JobRecord:
 def test_settle_finishes_the_record_from_slurms_state(line: str, status: str, code: int) -> None:
     record = slurm.settle(_record(), slurm.parse_state(line))
     assert (record.status, record.exit_code) == (status, code)
-    assert jobs.load("J5").extra["slurm"]["batch_host"] == "node1"
+    assert jobs.load(J5).extra["slurm"]["batch_host"] == "node1"
 
 
 def test_settle_leaves_a_running_job_and_a_finished_record_alone() -> None:
@@ -164,7 +167,7 @@ def test_a_slurm_record_whose_controller_died_is_not_unknown() -> None:
     record = _record()
     record.controller = {"host": "elsewhere", "pid": 1}
     jobs.save(record)
-    assert jobs.resolved(jobs.load("J5")).status == jobs.RUNNING
+    assert jobs.resolved(jobs.load(J5)).status == jobs.RUNNING
 
 
 def test_unknown_launcher_is_a_usage_error() -> None:
