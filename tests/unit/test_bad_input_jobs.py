@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
-from mpictl import jobs, paths
+from mpictl import jobs, paths, ui
 from mpictl.errors import UsageError
 from tests.unit.hostile import Hostile, Outcome
 
@@ -301,7 +302,10 @@ def test_a_record_that_does_not_read_is_one_line(hostile: Hostile, content: Any)
 
 
 @pytest.mark.parametrize("content", UNREADABLE.values(), ids=UNREADABLE.keys())
-def test_jobs_list_lists_a_record_that_does_not_read(hostile: Hostile, content: Any) -> None:
+def test_jobs_list_lists_a_record_that_does_not_read(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch, content: Any
+) -> None:
+    monkeypatch.setattr(ui, "console", Console(width=400, highlight=False))  # rows on one line
     _good(hostile, OTHER)
     _plant(hostile.state / "jobs" / GOOD, content)
     got = hostile.call("jobs", "list", "--json")
