@@ -26,7 +26,9 @@ JobIdArg = Annotated[
 
 def register(app: typer.Typer) -> None:
     app.command(
-        context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+        # The command starts at the first argument that is not an option (or after `--`); an
+        # unknown option before it is an error, never part of the command.
+        context_settings={"allow_interspersed_args": False},
     )(run)
     app.add_typer(jobs_app, name="jobs")
 

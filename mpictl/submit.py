@@ -24,6 +24,7 @@ from mpictl import (
     jobops,
     jobs,
     network,
+    paths,
     planner,
     remote,
     slurm,
@@ -175,6 +176,7 @@ def _prepare(
         selection = workdir.select(req.directory, req.excludes, req.max_bytes)
     if request.output_dir is not None:
         check_output_dir(request.output_dir)
+    paths.ensure_dir(paths.jobs_dir(), "job records")  # a broken state dir: before any contact
     head = via.prepare(cluster)
     extra = dict(request.extra)
     if request.output_dir is not None:

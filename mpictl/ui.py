@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -30,8 +30,29 @@ STYLES = {
 
 DEBUG_ACTIONS = ("debug", "ansible.builtin.debug", "ansible.legacy.debug")
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Width of a table written to a file or a pipe (a log, CI): wide enough that no cell is ever cut
+# or folded; a terminal keeps its own width.
+LOG_WIDTH = 100_000
+
+
+class _Console(Console):
+    """A rich console that lays tables out for its terminal's width when it writes to one, and
+    keeps every cell whole when it does not (rich would fold them to 80 columns, or to the width
+    of whichever of the other standard streams is a terminal)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self.is_terminal or self._width is not None:
+            return super().size
+        return ConsoleDimensions(LOG_WIDTH, 25)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+console = _Console(highlight=False)
+err_console = _Console(stderr=True, highlight=False)
 
 
 def _result_message(res: Any) -> str:

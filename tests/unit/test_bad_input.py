@@ -257,3 +257,17 @@ def test_tables_keep_every_cell_whole_when_not_a_terminal() -> None:
     console = ui._Console(file=out, highlight=False)
     console.print(ui._table(("node", "check", "fix"), [("node1", "environment", fix)]))
     assert fix.strip() in out.getvalue()
+
+
+def test_run_refuses_a_broken_state_dir_before_contact(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = hostile.root / "plain"
+    plain.write_text("x")
+    key = hostile.state / "cluster_ssh" / "id_ed25519"
+    monkeypatch.setenv("MPICTL_STATE_DIR", str(plain / "state"))
+    got = hostile.call("run", "-i", str(hostile.inventory), "--", "true")
+    # the cluster key is looked up first (it is in the state dir too): no contact either way
+    assert got.code == 2 and got.spawned == [] and got.shim_calls == [], got.describe()
+    assert len(got.err_lines) == 1 and "MPICTL_STATE_DIR" in got.err, got.describe()
+    assert key.exists()
