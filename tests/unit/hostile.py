@@ -243,3 +243,30 @@ class Hostile:
         for text in says:
             assert text in got.err_lines[0], why
         return got
+
+
+def as_unprivileged(nodeid: str) -> None:
+    """Run the test ``nodeid`` again as user ``nobody`` (``setpriv``) and assert that it passed:
+    for the cases about permissions, which root never meets (CI runs as root)."""
+    import shutil
+    import subprocess
+
+    assert os.geteuid() == 0
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is needed to run the permission cases as root"
+    root = Path(__file__).resolve().parents[2]
+    base = Path(tempfile.mkdtemp(prefix="mpictl-nobody-", dir="/tmp"))
+    try:
+        base.chmod(0o777)
+        proc = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
+            + ["-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={base}/t", nodeid],
+            cwd=root,
+            env={**os.environ, "HOME": str(base), "TMPDIR": str(base)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr

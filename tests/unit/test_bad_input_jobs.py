@@ -24,7 +24,7 @@ from rich.console import Console
 
 from mpictl import jobs, paths, ui
 from mpictl.errors import UsageError
-from tests.unit.hostile import Hostile, Outcome
+from tests.unit.hostile import Hostile, Outcome, as_unprivileged
 
 GOOD = "20260101-120000-abc123"
 OTHER = "20260101-120000-abd456"  # shares the prefix 20260101-120000-ab with GOOD
@@ -391,8 +391,10 @@ def test_a_state_dir_with_a_newline_is_shown_escaped(
     assert "\x1b" not in got.err and len(got.err_lines) == 1
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes any directory")
-def test_a_state_dir_without_permissions(hostile: Hostile) -> None:
+def test_a_state_dir_without_permissions(hostile: Hostile, request: pytest.FixtureRequest) -> None:
+    if os.geteuid() == 0:  # root reads and writes any directory: the case runs as nobody
+        as_unprivileged(request.node.nodeid)
+        return
     jobs_dir = hostile.state / "jobs"
     _good(hostile)
     try:
