@@ -7,15 +7,22 @@ Formats:
 - ``openmpi``: ``host slots=N`` per line (``mpirun --hostfile``)
 - ``mpich``: ``host:N`` per line (MPICH / Intel MPI ``-f``)
 - ``horovod``: ``-H host:N,host:N`` (``horovodrun``)
+
+An IPv6 address cannot stand in the ``host:N`` formats, bracketed or not: MPICH's hydra reads
+the host and the count with ``strtok(token, ":")`` and Horovod's ``HostInfo.from_string`` with
+``split(':')`` into exactly two parts, so ``[::1]:4`` is as unparseable to them as ``::1:4``.
+:func:`render` refuses such a node in those formats, naming it; give it a DNS name as
+``mpi_address`` or use the openmpi format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpictl.errors import InventoryError, UsageError
+from mpictl.inputs import quoted
 from mpictl.inventory import Cluster, resolve_slots
 
 FORMATS = ("openmpi", "mpich", "horovod")
@@ -25,11 +32,14 @@ FORMATS = ("openmpi", "mpich", "horovod")
 class HostEntry:
     host: str
     slots: int
+    node: str = field(default="", compare=False)  # the inventory name, for messages
 
 
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
-        raise UsageError(f"unknown hostfile format '{fmt}' (choose from {', '.join(FORMATS)})")
+        raise UsageError(
+            f"unknown hostfile format {quoted(fmt)} (choose from {', '.join(FORMATS)})"
+        )
     return fmt
 
 
@@ -37,6 +47,16 @@ def render(entries: Iterable[HostEntry], fmt: str = "openmpi", header: str = "")
     """The hostfile text for ``entries`` in ``fmt``; ``header`` (comment lines) goes first."""
     check_format(fmt)
     entries = list(entries)
+    if fmt != "openmpi":
+        for entry in entries:
+            if ":" in entry.host:
+                raise InventoryError(
+                    f"{quoted(entry.node or entry.host)}: its address (mpi_address) "
+                    f"{quoted(entry.host)} is an IPv6 address, which the {fmt} hostfile format "
+                    "(host:N) cannot carry "
+                    "(MPICH and Horovod split it at every ':'): give the node a DNS name as "
+                    "mpi_address, or use the openmpi format"
+                )
     if fmt == "horovod":
         return "-H " + ",".join(f"{e.host}:{e.slots}" for e in entries) + "\n"
     line = "{host} slots={slots}" if fmt == "openmpi" else "{host}:{slots}"
@@ -47,7 +67,7 @@ def render(entries: Iterable[HostEntry], fmt: str = "openmpi", header: str = "")
 
 
 def entries_for_cluster(cluster: Cluster) -> list[HostEntry]:
-    return [HostEntry(node.address, slots) for node, slots in cluster.require_slots()]
+    return [HostEntry(node.address, slots, node.name) for node, slots in cluster.require_slots()]
 
 
 def entries_from_hostvars(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[HostEntry]:
@@ -58,7 +78,7 @@ def entries_from_hostvars(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> 
         slots, _ = resolve_slots(host, hv)
         if slots is None:
             raise InventoryError(f"{host}: mpi_slots is not set and no facts were gathered")
-        entries.append(HostEntry(str(hv.get("mpi_address") or host), slots))
+        entries.append(HostEntry(str(hv.get("mpi_address") or host), slots, host))
     return entries
 
 

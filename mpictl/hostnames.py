@@ -9,6 +9,10 @@ characters, no leading ``-`` that ssh would read as an option. Two flavours:
   (``/etc/hosts``, ``~/.ssh/config`` aliases);
 - **addresses** other nodes resolve (``mpi_address``, which defaults to the inventory name) may
   not, since a DNS name has no ``_``: a node named ``gpu_01`` needs an ``mpi_address``.
+
+:func:`endpoint` is the one spelling of where ssh reaches a node (``host:port``, host lower-case,
+an IP address in its canonical form, IPv6 in brackets): two inventories that describe the same
+machine spell it the same way (duplicate nodes, locks).
 """
 
 from __future__ import annotations
@@ -57,3 +61,13 @@ def host_problem(value: Any, *, underscore: bool = False) -> str | None:
     if text is not None and (is_ip_address(text) or is_host_name(text, underscore=underscore)):
         return None
     return NOT_A_HOST if underscore else NOT_AN_ADDRESS
+
+
+def endpoint(host: str, port: int) -> str:
+    """``host:port`` in one spelling: a name lower-case, an IP address canonical
+    (``0:0::1`` is ``::1``), an IPv6 address in brackets (``[::1]:22``)."""
+    text = host.lower()
+    if is_ip_address(text):
+        address = ipaddress.ip_address(text)
+        text = f"[{address.compressed}]" if address.version == 6 else address.compressed
+    return f"{text}:{port}"

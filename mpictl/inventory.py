@@ -12,24 +12,83 @@ through ``InventoryManager``; nothing here parses inventory files by hand. The c
 Names end up in hostfiles, known_hosts and ssh command lines, so every node's inventory name,
 ``ansible_host`` and address is checked while loading, by the rules of :mod:`mpictl.hostnames`
 (``_`` is fine in a name and in ``ansible_host``, not in the address other nodes resolve).
+
+The contract is checked on what Ansible will use: each host's variables with the ``-e`` variables
+merged over them (extra vars win over every inventory variable, as in Ansible), templated with the
+inventory's variables and the cached facts, and for the connection the variable Ansible reads
+last (``ansible_ssh_host`` over ``ansible_host``, likewise port and user). Checked: the names
+above, ``ansible_port`` (1..65535), ``ansible_user`` and ``ansible_become_user`` (login names),
+``mpi_slots`` (1..4096), ``mpi_network_interface``, ``mpi_user``, the key file, interpreter and
+shell (one word each, no leading ``-``), the ssh argument variables (they must parse); two nodes
+with the same ``ansible_host:port`` are refused. ``-e`` may not set the variables that give ssh
+its options or programs, nor the connection (:data:`NOT_FROM_EXTRA_VARS`): those belong in the
+inventory, which the job side reads too. A ``-e`` value is checked as written, never templated
+here (a lookup would run a program before the run), so a template given with ``-e`` for a checked
+variable is refused.
+
+Size: the loader (Ansible's API, the fact cache, variables merged as Ansible merges them) and the
+contract's checks of every variable belong together; both read the same merged view.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import paths
-from mpictl.errors import InventoryError
-from mpictl.hostnames import NOT_A_HOST, NOT_AN_ADDRESS, host_problem
+from mpictl import inputs, paths
+from mpictl.errors import InventoryError, UsageError
+from mpictl.hostnames import NOT_A_HOST, NOT_AN_ADDRESS, endpoint, host_problem
+from mpictl.inputs import quoted, shown
 
 NODES_GROUP = "mpi_nodes"
 HEAD_GROUP = "mpi_head"
+#: Ranks per node: a cap far above any machine's cores or GPUs that still stops a typo
+#: (``mpi_slots: 99999999999``) before it becomes a hostfile or a rank count.
+MAX_SLOTS = 4096
+#: A login name (``ansible_user``): letters, digits, ``_ . @ -``, not starting with ``-`` or
+#: ``.``; wider than :data:`mpictl.inputs.USER_NAME` (upper case, directory logins as
+#: ``first.last@corp``), which the MPI user that mpictl creates must follow.
+LOGIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
+#: Variables that hold ssh's own options: they must parse as a command line (the job side splits
+#: ``ansible_ssh_common_args`` with shlex, as Ansible does).
+ARGS_VARS = (
+    "ansible_ssh_args",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_scp_extra_args",
+    "ansible_sftp_extra_args",
+)
+#: Variables whose value is one word of a command line (a path: Ansible quotes it, so spaces are
+#: fine): no control character, no leading ``-`` (it would be read as an option).
+WORD_VARS = (
+    "ansible_ssh_executable",
+    "ansible_scp_executable",
+    "ansible_sftp_executable",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_shell_executable",
+)
+#: ``-e`` may not set these: they hand ssh options or programs (ProxyCommand, a PKCS#11 library,
+#: another ssh) or replace the connection itself. A site sets them in its inventory, where the
+#: job side (which never sees ``-e``) reads them too.
+NOT_FROM_EXTRA_VARS = (
+    *ARGS_VARS,
+    "ansible_ssh_executable",
+    "ansible_scp_executable",
+    "ansible_sftp_executable",
+    "ansible_ssh_pkcs11_provider",
+    "ansible_control_path",
+    "ansible_control_path_dir",
+    "ansible_connection",
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -51,6 +110,11 @@ class Node:
     vars: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     facts: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    @property
+    def endpoint(self) -> str:
+        """Where ssh reaches the node: ``host:port`` in one spelling (``hostnames.endpoint``)."""
+        return endpoint(self.ssh_host or self.name, self.ssh_port)
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -64,11 +128,18 @@ class Cluster:
         for node in self.nodes:
             if node.name == name or node.address == name:
                 return node
-        raise InventoryError(f"{self.source}: unknown host '{name}' (not in group {NODES_GROUP})")
+        raise InventoryError(
+            f"{shown(self.source)}: unknown host {quoted(name)} (not in group {NODES_GROUP})"
+        )
 
     @property
     def names(self) -> list[str]:
         return [n.name for n in self.nodes]
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every node's ``host:port`` (what the node locks are keyed on)."""
+        return [n.endpoint for n in self.nodes]
 
     def require_slots(self) -> list[tuple[Node, int]]:
         """Every node with its slot count; an error naming the first node without one."""
@@ -77,7 +148,7 @@ class Cluster:
             if node.slots is None:
                 raise InventoryError(
                     f"{node.name}: mpi_slots is not set and no facts are cached for it "
-                    f"(run `mpictl provision` first, or set mpi_slots in {self.source})"
+                    f"(run `mpictl provision` first, or set mpi_slots in {shown(self.source)})"
                 )
             out.append((node, node.slots))
         return out
@@ -87,40 +158,199 @@ class Cluster:
         return sum(slots for _, slots in self.require_slots())
 
 
-def _check_names(
-    path: Path, name: str, hostvars: Mapping[str, Any], address: str, ssh: str
-) -> None:
-    """The node's inventory name, address and ``ansible_host`` are hosts, or an InventoryError
-    naming the host and the bad value: they go into hostfiles and ssh command lines."""
-    where = f"{path}: host {name!r}"
-    if host_problem(name, underscore=True):
-        raise InventoryError(f"{where}: {NOT_A_HOST}")
-    if "ansible_host" in hostvars and host_problem(ssh, underscore=True):
-        raise InventoryError(f"{where}: ansible_host {str(ssh)!r}: {NOT_A_HOST}")
-    if not hostvars.get("mpi_address"):
-        if host_problem(address):
-            raise InventoryError(
-                f"{where}: the name is its default mpi_address, which other nodes resolve, and "
-                "'_' is not valid in a DNS name: set mpi_address (a DNS name or an IP address)"
+def check_extravars(extravars: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``-e`` variables, each name a variable name and none of :data:`NOT_FROM_EXTRA_VARS`;
+    their values are checked with the inventory (:func:`load_inventory`)."""
+    for name in extravars:
+        if not inputs.fullmatch(inputs.ENV_NAME, name):
+            raise UsageError(
+                f"-e: {quoted(name)} is not a variable name (letters, digits and '_', not "
+                "starting with a digit)"
             )
-    elif host_problem(address):
-        raise InventoryError(f"{where}: mpi_address {str(address)!r}: {NOT_AN_ADDRESS}")
+        if name in NOT_FROM_EXTRA_VARS:
+            raise UsageError(
+                f"-e: {name} cannot be set with -e (it gives ssh its options or programs, or "
+                "replaces the connection): set it in the inventory"
+            )
+        odd = _not_plain(extravars[name])
+        if odd is not None:
+            raise UsageError(
+                f"-e: {name}: {quoted(odd)} ({type(odd).__name__}) cannot be passed to Ansible: "
+                "values are strings, numbers, booleans, null, lists and mappings with string "
+                "keys (quote it for a string)"
+            )
+    return dict(extravars)
+
+
+def _not_plain(value: Any) -> Any:
+    """The first part of ``value`` that JSON cannot carry to ansible-runner (a YAML date,
+    binary, set, a mapping key that is not a string), or None."""
+    if value is None or isinstance(value, (str, int, float)):
+        return None
+    if isinstance(value, list):
+        return next((odd for odd in map(_not_plain, value) if odd is not None), None)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return key
+            odd = _not_plain(item)
+            if odd is not None:
+                return odd
+        return None
+    return value
+
+
+def _number(value: Any) -> int | None:
+    """An int, or a string of ASCII digits only (no sign, no space: ``'²'``, ``'1 '``, ``1.5`` and
+    ``True`` are not numbers); None otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,19}", value, re.ASCII):
+        return int(value)
+    return None
 
 
 def parse_slots(host: str, value: Any) -> int:
-    """``mpi_slots`` as a positive integer, or an InventoryError naming host and variable."""
-    if isinstance(value, bool):
-        ok = False
-    elif isinstance(value, int):
-        ok = value > 0
-    elif isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-        ok = value > 0
-    else:
-        ok = False
-    if not ok:
-        raise InventoryError(f"{host}: mpi_slots must be a positive integer, got {value!r}")
-    return int(value)
+    """``mpi_slots`` as an integer 1..:data:`MAX_SLOTS`, or an InventoryError naming host and
+    variable."""
+    number = _number(value)
+    if number is None or not 1 <= number <= MAX_SLOTS:
+        raise InventoryError(
+            f"{shown(host)}: mpi_slots must be a positive integer up to {MAX_SLOTS}, "
+            f"got {quoted(value)}"
+        )
+    return number
+
+
+class _Contract:
+    """The checks of one host's variables: each returns the value as the node will use it, or
+    raises an InventoryError naming the inventory, the host, the variable (``(-e)`` when the
+    value came from ``-e``) and the value."""
+
+    def __init__(
+        self,
+        path: Path,
+        name: str,
+        variables: Mapping[str, Any],
+        extra: Mapping[str, Any],
+        loader: Any,
+    ) -> None:
+        self.path, self.name, self.variables, self.extra, self.loader = (
+            path,
+            name,
+            variables,
+            extra,
+            loader,
+        )
+        self.where = f"{shown(path)}: host {quoted(name)}"
+
+    def get(self, var: str) -> Any:
+        """The templated value of ``var``, None when unset (Ansible skips a None value)."""
+        return _template(self.loader, self.variables, self.variables.get(var))
+
+    def last(self, *names: str) -> tuple[str, Any]:
+        """(variable, value) of the last of ``names`` that is set: the one Ansible's ssh
+        connection reads (``ansible_host`` then ``ansible_ssh_host``)."""
+        found: tuple[str, Any] = (names[0], None)
+        for var in names:
+            if self.variables.get(var) is not None:
+                found = (var, self.get(var))
+        return found
+
+    def fail(self, var: str, value: Any, why: str) -> InventoryError:
+        label = f"{var} (-e)" if var in self.extra else var
+        return InventoryError(f"{self.where}: {label} {quoted(value)}: {why}")
+
+    def name_and_host(self) -> str:
+        if host_problem(self.name, underscore=True):
+            raise InventoryError(f"{self.where}: {NOT_A_HOST}")
+        var, host = self.last("ansible_host", "ansible_ssh_host")
+        if host is None:
+            return self.name
+        if host_problem(host, underscore=True):
+            raise self.fail(var, host, NOT_A_HOST)
+        return str(host)
+
+    def address(self) -> str:
+        raw = self.variables.get("mpi_address")
+        if raw is None or raw == "":
+            if host_problem(self.name):
+                raise InventoryError(
+                    f"{self.where}: the name is its default mpi_address, which other nodes "
+                    "resolve, and '_' is not valid in a DNS name: set mpi_address (a DNS name or "
+                    "an IP address)"
+                )
+            return self.name
+        address = self.get("mpi_address")
+        if host_problem(address):
+            raise self.fail("mpi_address", address, NOT_AN_ADDRESS)
+        return str(address)
+
+    def port(self) -> int:
+        var, value = self.last("ansible_port", "ansible_ssh_port")
+        if value is None:
+            return 22
+        number = _number(value)
+        if number is None or not 1 <= number <= 65535:
+            raise self.fail(var, value, "not a port (an integer 1..65535)")
+        return number
+
+    def login(self, *names: str) -> str | None:
+        var, value = self.last(*names)
+        if value is not None and not inputs.fullmatch(LOGIN_NAME, value):
+            raise self.fail(
+                var,
+                value,
+                "not a login name (letters, digits, '_', '.', '@', '-', not starting with '-' "
+                "or '.')",
+            )
+        return value
+
+    def slots(self) -> int | None:
+        value = self.get("mpi_slots")
+        if value is None:
+            return None
+        number = _number(value)
+        if number is None or not 1 <= number <= MAX_SLOTS:
+            raise self.fail("mpi_slots", value, f"not a slot count (an integer 1..{MAX_SLOTS})")
+        return number
+
+    def checked(self, var: str, rule: Any) -> Any:
+        """``var`` through one of :mod:`mpictl.inputs`' rules (``rule(what, value)``)."""
+        value = self.get(var)
+        if value is None:
+            return None
+        label = f"{var} (-e)" if var in self.extra else var
+        try:
+            return rule(f"{self.where}: {label}", value)
+        except UsageError as exc:
+            raise InventoryError(str(exc)) from None
+
+    def words(self) -> None:
+        """The key file, ssh's programs, the remote shell and Python: each one word of a command
+        line (a path may hold spaces: Ansible quotes it), never an option."""
+        for var in (*WORD_VARS, "ansible_python_interpreter"):
+            value = self.get(var)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not value or _CONTROL.search(value):
+                raise self.fail(var, value, "must be a path (a string without control characters)")
+            if value.startswith("-"):
+                raise self.fail(var, value, "must not start with '-' (ssh would read an option)")
+
+    def ssh_args(self) -> str:
+        for var in ARGS_VARS:
+            value = self.get(var)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise self.fail(var, value, "must be a string of ssh options")
+            try:
+                shlex.split(value)
+            except ValueError as exc:
+                raise self.fail(var, value, f"does not parse as a command line ({exc})") from None
+        common = self.get("ansible_ssh_common_args")
+        return common if isinstance(common, str) else ""
 
 
 def _positive_int(value: Any) -> int | None:
@@ -259,7 +489,9 @@ def load_manager(source: Path) -> tuple[Any, Any]:
             reason = _first_line(getattr(exc, "message", None) or str(exc))
             if detail:
                 reason = _first_line(detail)
-            raise InventoryError(f"{source}: cannot parse inventory: {reason}") from None
+            raise InventoryError(
+                f"{shown(source)}: cannot parse inventory: {shown(reason)}"
+            ) from None
     return loader, manager
 
 
@@ -312,7 +544,8 @@ class _InventoryVars:
             reason = _first_line(getattr(exc, "message", None) or str(exc))
             source = ", ".join(self.manager._sources)
             raise InventoryError(
-                f"{source}: cannot read the variables of host '{host.name}': {reason}"
+                f"{shown(source)}: cannot read the variables of host {quoted(host.name)}: "
+                f"{shown(reason)}"
             ) from None
 
 
@@ -327,42 +560,66 @@ def _template(loader: Any, variables: Mapping[str, Any], value: Any) -> Any:
         return value
 
 
-def load_inventory(source: Path | str | None = None, facts_dir: Path | None = None) -> Cluster:
-    """Load ``source`` (default: the sandbox inventory) into a Cluster, checking the contract."""
+def _interface(what: str, value: Any) -> str:
+    """``mpi_network_interface``: unset when empty, else an interface name."""
+    return "" if value == "" else inputs.interface_name(what, value)
+
+
+def load_inventory(
+    source: Path | str | None = None,
+    facts_dir: Path | None = None,
+    *,
+    extravars: Mapping[str, Any] | None = None,
+) -> Cluster:
+    """Load ``source`` (default: the sandbox inventory) into a Cluster, checking the contract on
+    every node's variables with ``extravars`` (``-e``) merged over them."""
+    extra = check_extravars(extravars or {})
     path = Path(source) if source is not None else paths.sandbox_inventory()
     if not path.exists():
-        raise InventoryError(f"{path}: inventory not found")
+        raise InventoryError(f"{shown(path)}: inventory not found")
     loader, manager = load_manager(path)
     variables = _InventoryVars(loader, manager)
     cached = _FactCache(facts_dir or paths.facts_dir())
     groups = manager.get_groups_dict()
     names = groups.get(NODES_GROUP) or []
     if not names:
-        raise InventoryError(f"{path}: group '{NODES_GROUP}' is missing or empty")
+        raise InventoryError(f"{shown(path)}: group '{NODES_GROUP}' is missing or empty")
 
     nodes: list[Node] = []
     seen: dict[str, str] = {}
+    ends: dict[str, str] = {}
     for name in names:
         host = manager.get_host(name)
-        hostvars = variables.get(host)
+        hostvars = {**variables.get(host), **extra}
         facts = cached.get(name)
-        merged = {**facts, **hostvars}
-        address = str(_template(loader, merged, hostvars.get("mpi_address") or name))
-        ssh_host = str(_template(loader, merged, hostvars.get("ansible_host", name)))
-        _check_names(path, name, hostvars, address, ssh_host)
+        merged = {**facts, **hostvars, "inventory_hostname": name}
+        check = _Contract(path, name, merged, extra, loader)
+        ssh_host = check.name_and_host()
+        address = check.address()
         for label in {name.lower(), address.lower()}:
             if label in seen and seen[label] != name:
                 raise InventoryError(
-                    f"{path}: duplicate host: '{name}' and '{seen[label]}' both resolve to "
-                    f"'{label}'"
+                    f"{shown(path)}: duplicate host: {quoted(name)} and {quoted(seen[label])} "
+                    f"both resolve to {quoted(label)}"
                 )
             seen[label] = name
-        raw_slots = _template(loader, merged, hostvars.get("mpi_slots"))
+        port = check.port()
+        reached = endpoint(ssh_host, port)
+        if reached in ends:
+            raise InventoryError(
+                f"{shown(path)}: hosts {quoted(ends[reached])} and {quoted(name)} are both "
+                f"reached at {shown(reached)} (ansible_host:ansible_port): one machine, one host"
+            )
+        ends[reached] = name
+        user = check.login("ansible_user", "ansible_ssh_user")
+        check.login("ansible_become_user")
+        raw_slots = check.slots()
         slots, source_of_slots = resolve_slots(name, {**merged, "mpi_slots": raw_slots})
-        port = _template(loader, merged, hostvars.get("ansible_port", 22))
-        key = hostvars.get("ansible_ssh_private_key_file") or hostvars.get(
-            "ansible_private_key_file"
-        )
+        interface = check.checked("mpi_network_interface", _interface)
+        check.checked("mpi_user", inputs.user_name)
+        check.words()
+        common_args = check.ssh_args()
+        key = check.last("ansible_private_key_file", "ansible_ssh_private_key_file")[1]
         nodes.append(
             Node(
                 name=name,
@@ -372,13 +629,11 @@ def load_inventory(source: Path | str | None = None, facts_dir: Path | None = No
                 gpus=_positive_int(facts.get("mpi_gpu_count")) or 0 if facts else None,
                 vcpus=_positive_int(facts.get("ansible_processor_vcpus")),
                 ssh_host=ssh_host,
-                ssh_port=int(port) if str(port).isdigit() else 22,
-                ssh_user=_template(loader, merged, hostvars.get("ansible_user")),
-                ssh_key=str(_template(loader, merged, key)) if key else None,
-                ssh_common_args=str(
-                    _template(loader, merged, hostvars.get("ansible_ssh_common_args", ""))
-                ),
-                interface=hostvars.get("mpi_network_interface"),
+                ssh_port=port,
+                ssh_user=user,
+                ssh_key=str(key) if key else None,
+                ssh_common_args=common_args,
+                interface=interface or None,
                 vars=hostvars,
                 facts=facts,
             )
@@ -390,7 +645,8 @@ def load_inventory(source: Path | str | None = None, facts_dir: Path | None = No
         head_name = head_names[0]
         if head_name not in by_name:
             raise InventoryError(
-                f"{path}: head '{head_name}' (group {HEAD_GROUP}) is not in group {NODES_GROUP}"
+                f"{shown(path)}: head {quoted(head_name)} (group {HEAD_GROUP}) is not in group "
+                f"{NODES_GROUP}"
             )
         head = by_name[head_name]
     else:

@@ -9,14 +9,18 @@ inventory variables, falling back to that same file, so a site that sets ``mpi_h
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mpictl import paths
-from mpictl.errors import InventoryError
+from mpictl.errors import InventoryError, UsageError
+from mpictl.inputs import quoted, shown, user_name
 from mpictl.inventory import Cluster
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 KEYS = {
     "user": "mpi_user",
@@ -88,22 +92,38 @@ def _template(value: Any, variables: Mapping[str, Any]) -> Any:
     try:
         return Templar(loader=DataLoader(), variables=dict(variables)).template(value)
     except Exception as exc:  # noqa: BLE001 - Ansible raises many kinds; one line for the user
-        raise InventoryError(f"cannot template {value!r}: {str(exc).splitlines()[0]}") from None
+        first = shown(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise InventoryError(f"cannot template {quoted(value)}: {first}") from None
 
 
 def for_cluster(cluster: Cluster) -> ClusterSettings:
-    """The head's values of the shared variables (inventory first, then the shared defaults)."""
+    """The head's values of the shared variables (inventory first, then the shared defaults),
+    checked as the job side uses them: ``mpi_user`` a user name (``inputs.user_name``: it follows
+    ``ssh -l`` and becomes the owner of every job), the paths absolute and free of control
+    characters (they go into remote command lines)."""
     base = defaults()
     head_vars = {**(cluster.head.facts or {}), **base, **(cluster.head.vars or {})}
+    head = shown(cluster.head.name)
     values = {}
     for field, var in KEYS.items():
         value = _template(head_vars.get(var, base[var]), head_vars)
-        if not isinstance(value, str) or not value:
-            raise InventoryError(f"{cluster.head.name}: {var} must be a non-empty string")
-        if field != "user" and not value.startswith("/"):
-            raise InventoryError(f"{cluster.head.name}: {var} must be an absolute path: {value}")
-        values[field] = value.rstrip("/") if field != "user" else value
+        if field == "user":
+            try:
+                values[field] = user_name(f"{head}: {var}", value)
+            except UsageError as exc:
+                raise InventoryError(str(exc)) from None
+            continue
+        if not isinstance(value, str) or not value.startswith("/") or _CONTROL.search(value):
+            raise InventoryError(
+                f"{head}: {var} must be an absolute path without control characters, got "
+                f"{quoted(value)}"
+            )
+        values[field] = value.rstrip("/")
     horovod = _template(head_vars.get("horovod_python", ""), head_vars)
-    if not isinstance(horovod, str) or (horovod and not horovod.startswith("/")):
-        raise InventoryError(f"{cluster.head.name}: horovod_python must be an absolute path or ''")
+    if not isinstance(horovod, str) or (
+        horovod and (not horovod.startswith("/") or _CONTROL.search(horovod))
+    ):
+        raise InventoryError(
+            f"{head}: horovod_python must be an absolute path or '', got {quoted(horovod)}"
+        )
     return ClusterSettings(**values, horovod_python=horovod)

@@ -74,3 +74,20 @@ def test_filter_plugin_uses_the_same_renderer() -> None:
         ["a"], {"a": {"mpi_slots": 2}}, "mpich"
     )
     assert rendered == render([HostEntry("a", 2)], "mpich")
+
+
+def test_ipv6_cannot_stand_in_the_host_colon_n_formats() -> None:
+    # MPICH's hydra reads `host:N` with strtok(":"), Horovod's -H with split(':') into two: an
+    # IPv6 address is unparseable there, bracketed or not. OpenMPI's `host slots=N` carries it.
+    entries = [HostEntry("n1", 2), HostEntry("2001:db8::2", 4, "n2")]
+    assert render(entries, "openmpi") == "n1 slots=2\n2001:db8::2 slots=4\n"
+    for fmt in ("mpich", "horovod"):
+        with pytest.raises(InventoryError) as caught:
+            render(entries, fmt)
+        assert str(caught.value).startswith(
+            f"'n2': its address (mpi_address) '2001:db8::2' is an IPv6 address, which the {fmt} "
+            "hostfile format (host:N) cannot carry"
+        )
+    hostvars = {"a": {"mpi_slots": 1, "mpi_address": "::1"}}
+    with pytest.raises(InventoryError, match="^'a': its address"):
+        render(entries_from_hostvars(["a"], hostvars), "mpich")  # the role's filter plugin

@@ -68,13 +68,15 @@ def test_require_slots_names_the_node_without_slots(data: Path) -> None:
         cluster.require_slots()
 
 
-@pytest.mark.parametrize("value", [0, -1, "four", 2.5, True, None, "", "-3"])
+@pytest.mark.parametrize(
+    "value", [0, -1, "four", 2.5, True, None, "", "-3", 4097, "99999999999", "²", "1 ", " 1", "+1"]
+)
 def test_bad_slot_values_are_rejected(value: object) -> None:
     with pytest.raises(InventoryError, match=r"^n1: mpi_slots must be a positive integer"):
         parse_slots("n1", value)
 
 
-@pytest.mark.parametrize(("value", "expected"), [(1, 1), (64, 64), ("8", 8)])
+@pytest.mark.parametrize(("value", "expected"), [(1, 1), (64, 64), ("8", 8), (4096, 4096)])
 def test_good_slot_values(value: object, expected: int) -> None:
     assert parse_slots("n1", value) == expected
 
@@ -115,11 +117,13 @@ def test_duplicate_host_by_address(tmp_path: Path) -> None:
         load_inventory(inv)
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "four"])
+@pytest.mark.parametrize("value", ["0", "-1", "four", "4097", "'1 '", "'²'", "1.5", "true"])
 def test_bad_slots_in_inventory_names_host_and_variable(tmp_path: Path, value: str) -> None:
     inv = _write(tmp_path, "inv.yml", f"mpi_nodes:\n  hosts:\n    n7: {{mpi_slots: {value}}}\n")
-    with pytest.raises(InventoryError, match=r"^n7: mpi_slots must be a positive integer"):
+    with pytest.raises(InventoryError) as caught:
         load_inventory(inv)
+    assert str(caught.value).startswith(f"{inv}: host 'n7': mpi_slots ")
+    assert str(caught.value).endswith(": not a slot count (an integer 1..4096)")
 
 
 def test_head_outside_mpi_nodes(tmp_path: Path) -> None:
@@ -219,3 +223,54 @@ def test_good_names_and_addresses(tmp_path: Path) -> None:
 )
 def test_host_problem(value: object, underscore: bool, ok: bool) -> None:
     assert (host_problem(value, underscore=underscore) is None) is ok
+
+
+# --------------------------------------------------------------------------- the merged view
+# The contract is checked on what Ansible uses: the inventory with -e merged over it, and for the
+# connection the variable Ansible's ssh reads last (ansible_ssh_host over ansible_host).
+
+
+def test_the_connection_is_what_ansible_uses(tmp_path: Path) -> None:
+    inv = _write(
+        tmp_path,
+        "inv.yml",
+        "mpi_nodes:\n  hosts:\n"
+        "    a: {ansible_host: 10.0.0.1, ansible_ssh_host: 10.0.0.9, ansible_ssh_port: '2222',\n"
+        "        ansible_user: Deploy, ansible_ssh_user: first.last@corp,\n"
+        "        mpi_network_interface: ''}\n"
+        "    b: {ansible_host: '{{ site_net }}.2', ansible_port: 22}\n"
+        "  vars: {mpi_slots: 2, site_net: 10.0.0, ansible_python_interpreter: auto_silent,\n"
+        "         ansible_become_user: root, ansible_ssh_private_key_file: ~/.ssh/my key}\n",
+    )
+    a, b = load_inventory(inv).nodes
+    assert (a.ssh_host, a.ssh_port, a.ssh_user, a.interface) == (
+        "10.0.0.9",
+        2222,
+        "first.last@corp",
+        None,
+    )
+    assert (b.ssh_host, b.endpoint, b.ssh_key) == ("10.0.0.2", "10.0.0.2:22", "~/.ssh/my key")
+    merged = load_inventory(inv, extravars={"ansible_port": "2200", "mpi_slots": 8})
+    assert [(n.endpoint, n.slots) for n in merged.nodes] == [
+        ("10.0.0.9:2222", 8),  # ansible_ssh_port still wins over -e ansible_port, as in Ansible
+        ("10.0.0.2:2200", 8),
+    ]
+    assert merged.nodes[1].vars["mpi_slots"] == 8
+
+
+def test_two_hosts_reached_at_one_endpoint(tmp_path: Path) -> None:
+    inv = _write(
+        tmp_path,
+        "inv.yml",
+        "mpi_nodes:\n  hosts:\n    a: {ansible_host: '::1'}\n"
+        "    b: {ansible_host: '0:0::1', ansible_port: 22}\n  vars: {mpi_slots: 1}\n",
+    )
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(inv)
+    assert str(caught.value) == (
+        f"{inv}: hosts 'a' and 'b' are both reached at [::1]:22 (ansible_host:ansible_port): one "
+        "machine, one host"
+    )
+    other_port = inv.read_text().replace("ansible_port: 22", "ansible_port: 2222")
+    inv.write_text(other_port)
+    assert load_inventory(inv).endpoints == ["[::1]:22", "[::1]:2222"]

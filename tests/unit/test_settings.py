@@ -59,6 +59,29 @@ def test_a_relative_path_is_refused_with_the_host_and_variable() -> None:
         settings.for_cluster(site_cluster(mpi_hostfile_path="etc/hosts"))
 
 
+@pytest.mark.parametrize(
+    ("head_vars", "message"),
+    [
+        ({"mpi_user": "x y"}, r"^node1: mpi_user: 'x y' is not a user name"),
+        ({"mpi_user": "-oProxyCommand=x"}, r"^node1: mpi_user: '-oProxyCommand=x' is not a user"),
+        ({"mpi_user": "mpi\n"}, r"^node1: mpi_user: 'mpi\\n' is not a user name"),
+        ({"mpi_user": "{{ site_name }} x"}, r"^node1: mpi_user: 'lab x' is not a user name"),
+        ({"mpi_user": ["a"]}, r"^node1: mpi_user: '\['a'\]' is not a user name"),
+        ({"mpi_user": ""}, r"^node1: mpi_user: '' is not a user name"),
+        ({"mpi_tools_dir": "/srv/x\ny"}, r"^node1: mpi_tools_dir must be an absolute path"),
+        ({"horovod_python": "/srv/\x1b]0;x"}, r"^node1: horovod_python must be an absolute"),
+    ],
+)
+def test_the_job_sides_values_are_checked_as_it_uses_them(
+    head_vars: dict[str, Any], message: str
+) -> None:
+    # mpi_user follows `ssh -l` and owns every job: the user name rule of mpictl.inputs, after
+    # templating; a path goes into remote command lines: no control characters.
+    with pytest.raises(InventoryError, match=message) as caught:
+        settings.for_cluster(site_cluster(**head_vars))
+    assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)
+
+
 def test_run_uses_the_sites_hostfile_and_torch_wrapper() -> None:
     c = site_cluster()
     plan = planner.plan(c, planner.LaunchOptions(command=["train"], torch=True), "J", None)
