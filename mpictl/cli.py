@@ -195,7 +195,8 @@ def sandbox_up(
     from mpictl import lock, sandbox
 
     inv = inventory_path(inventory)
-    with lock.hold(inv, "sandbox"):
+    keys = sandbox.read_sandbox(inv).lock_keys()  # checked whole before podman or a lock
+    with lock.hold(keys, "sandbox up", source=inv):
         _print_nodes(sandbox.up(inv, cuda=cuda))
 
 
@@ -205,7 +206,8 @@ def sandbox_down(inventory: InventoryOpt = None) -> None:
     from mpictl import lock, sandbox
 
     inv = inventory_path(inventory)
-    with lock.hold(inv, "sandbox"):
+    keys = sandbox.read_sandbox(inv).lock_keys()  # checked whole before podman or a lock
+    with lock.hold(keys, "sandbox down", source=inv):
         removed = sandbox.down(inv)
     typer.echo("removed: " + (", ".join(removed) if removed else "nothing"))
 

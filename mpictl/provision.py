@@ -2,9 +2,12 @@
 mpictl's other playbooks).
 
 Input is refused before anything runs: a playbook that is not a file of ``playbooks/``, a tag
-that no play of the chosen playbook carries, a bad ``-e`` value, an inventory that breaks the
-contract. The valid tags are read from the playbook files themselves (the ``tags`` of each play,
-following ``import_playbook``), so the plays are their one source.
+that no play of the chosen playbook carries, a ``--limit`` that is empty or holds whitespace, a bad
+``-e`` value, an inventory that breaks the contract with the ``-e`` variables merged over it
+(:func:`mpictl.inventory.load_inventory`). Only then are the nodes locked (one lock per
+``ansible_host:port``, :mod:`mpictl.lock`) and ansible-runner started. The valid tags are read
+from the playbook files themselves (the ``tags`` of each play, following ``import_playbook``), so
+the plays are their one source.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from mpictl import lock, paths, runner
 from mpictl.errors import MpictlError, UsageError
+from mpictl.inputs import quoted, shown
 from mpictl.inventory import Cluster, load_inventory
 
 # The tag of the validation and preflight plays: Ansible runs them whatever --tags selects.
@@ -39,21 +43,40 @@ def parse_extravars(pairs: list[str]) -> dict[str, Any]:
             try:
                 data = yaml.safe_load(pair)
             except yaml.YAMLError as exc:
-                raise UsageError(f"-e {pair}: not valid YAML: {str(exc).splitlines()[0]}") from None
+                first = shown(str(exc).splitlines()[0])
+                raise UsageError(f"-e {quoted(pair)}: not valid YAML: {first}") from None
             if not isinstance(data, dict):
-                raise UsageError(f"-e {pair}: expected a mapping of variables")
+                raise UsageError(f"-e {quoted(pair)}: expected a mapping of variables")
             out.update(data)
             continue
         try:
             words = shlex.split(pair)
         except ValueError as exc:
-            raise UsageError(f"-e {pair}: {exc}") from None
+            raise UsageError(f"-e {quoted(pair)}: {exc}") from None
         for word in words or [pair]:
             key, sep, value = word.partition("=")
             if not sep or not key.isidentifier():
-                raise UsageError(f"-e expects key=value with a variable name as key, got '{pair}'")
+                raise UsageError(
+                    f"-e expects key=value with a variable name as key, got {quoted(pair)}"
+                )
             out[key] = value
     return out
+
+
+def check_limit(limit: str | None) -> str | None:
+    """``--limit`` as Ansible takes it (hosts, groups, patterns joined by ``,`` or ``:``): not
+    empty (an empty limit means every node), no whitespace or control character, no leading
+    ``-``."""
+    if limit is None:
+        return None
+    if not limit or any(not c.isprintable() or c.isspace() for c in limit):
+        raise UsageError(
+            f"--limit {quoted(limit)}: give host or group names (or patterns) joined by ',', "
+            "without spaces; an empty --limit would mean every node"
+        )
+    if limit.startswith("-"):
+        raise UsageError(f"--limit {quoted(limit)}: a pattern does not start with '-'")
+    return limit
 
 
 def provision(
@@ -67,15 +90,16 @@ def provision(
     check: bool = False,
     on_event: runner.EventHandler | None = None,
 ) -> tuple[Cluster, runner.RunResult]:
-    """Check the playbook, the tags and the inventory contract (nothing touched on bad input),
-    lock, run the playbook."""
+    """Check the playbook, the tags, the limit and the inventory contract with ``extravars``
+    merged (nothing touched on bad input), lock the nodes, run the playbook."""
     path = resolve_playbook(playbook)
     if tags is not None or skip_tags is not None:
         valid = list(play_tags(path))
         tags = check_tags("--tags", tags, valid)
         skip_tags = check_tags("--skip-tags", skip_tags, valid)
-    cluster = load_inventory(inventory)
-    with lock.hold(inventory):
+    limit = check_limit(limit)
+    cluster = load_inventory(inventory, extravars=extravars)
+    with lock.hold(cluster.endpoints, "provision", source=inventory):
         result = runner.run_playbook(
             path,
             inventory,
@@ -98,7 +122,7 @@ def resolve_playbook(name: str) -> Path:
     """``name`` as one of mpictl's playbooks; anything else (a path, a missing file) is refused."""
     names = playbook_names()
     if name not in names:
-        raise UsageError(f"unknown playbook '{name}' (valid: {', '.join(names)})")
+        raise UsageError(f"unknown playbook {quoted(name)} (valid: {', '.join(names)})")
     return paths.playbook(name)
 
 
@@ -136,7 +160,7 @@ def check_tags(option: str, value: str | None, valid: Collection[str]) -> str | 
         raise UsageError(f"{option} needs a tag (valid: {choices})")
     for tag in tags:
         if tag not in valid:
-            raise UsageError(f"unknown tag '{tag}' in {option} (valid: {choices})")
+            raise UsageError(f"unknown tag {quoted(tag)} in {option} (valid: {choices})")
     return ",".join(dict.fromkeys(tags))
 
 
@@ -160,12 +184,15 @@ def _tag_list(value: Any) -> list[str]:
 def _vars_file(path: Path) -> dict[str, Any]:
     import yaml
 
+    where = f"-e @{shown(path)}"
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UsageError(f"-e @{path}: cannot read: {exc.strerror}") from None
+        raise UsageError(f"{where}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
-        raise UsageError(f"-e @{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"{where}: not valid YAML: {shown(str(exc).splitlines()[0])}") from None
     if not isinstance(data, dict):
-        raise UsageError(f"-e @{path}: expected a mapping of variables")
+        raise UsageError(f"{where}: expected a mapping of variables")
     return data

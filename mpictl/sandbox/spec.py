@@ -2,7 +2,10 @@
 
 The sandbox variables (``sandbox_name``, ``sandbox_subnet``, and per host of ``mpi_nodes`` an
 ``ansible_port`` and a ``sandbox_ip``) are read raw through Ansible's inventory API, without
-templating, so they must be literal values; :func:`spec_from_vars` validates them.
+templating, so they must be literal values; :func:`spec_from_vars` validates them whole (a value
+with a final newline is refused, not cut) before any of them reaches podman.
+:meth:`SandboxSpec.lock_keys` names what ``up`` and ``down`` lock: the sandbox and its nodes
+as ``provision`` keys them (``127.0.0.1:<port>``).
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from typing import Any
 
 from mpictl import paths
 from mpictl.errors import InventoryError
+from mpictl.inputs import quoted, shown
 
-#: Sandbox and host names: they become container, network and host names.
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,40}$")
+#: Sandbox and host names: they become container, network and host names (matched whole).
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,40}")
+#: Where podman publishes every node's ssh port (``podman run -p 127.0.0.1:<port>:22``).
+PUBLISHED_ON = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -49,10 +55,18 @@ class SandboxSpec:
     def known_hosts_path(self) -> Path:
         return self.state_dir() / "known_hosts"
 
+    def lock_keys(self) -> list[str]:
+        """The keys ``mpictl.lock`` holds for ``up``/``down``: the sandbox (its network and
+        containers) and each node as ``provision`` keys it, so neither runs beside the other."""
+        nodes = [f"{PUBLISHED_ON}:{node.ssh_port}" for node in self.nodes]
+        return [f"sandbox:{self.name}", *nodes]
+
 
 def _literal(value: Any, *, where: str, var: str) -> Any:
     if isinstance(value, str) and ("{{" in value or "{%" in value):
-        raise InventoryError(f"{where}: {var} must be a literal value, not a template ({value!r})")
+        raise InventoryError(
+            f"{where}: {var} must be a literal value, not a template ({quoted(value)})"
+        )
     return value
 
 
@@ -60,7 +74,7 @@ def read_sandbox(inventory: Path) -> SandboxSpec:
     """Read the sandbox description of ``inventory`` through Ansible's inventory API."""
     inventory = Path(inventory)
     if not inventory.exists():
-        raise InventoryError(f"{inventory}: no such inventory file or directory")
+        raise InventoryError(f"{shown(inventory)}: no such inventory file or directory")
     from ansible.errors import AnsibleError
     from ansible.vars.manager import VariableManager
 
@@ -78,7 +92,7 @@ def read_sandbox(inventory: Path) -> SandboxSpec:
         host_vars = {h.name: variables.get_vars(host=h) for h in hosts}
     except AnsibleError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InventoryError(f"{inventory}: {first}") from None
+        raise InventoryError(f"{shown(inventory)}: {shown(first)}") from None
     return spec_from_vars(inventory, [h.name for h in hosts], host_vars)
 
 
@@ -87,54 +101,56 @@ def spec_from_vars(
 ) -> SandboxSpec:
     """Validate the raw variables of the ``mpi_nodes`` hosts into a :class:`SandboxSpec`."""
     first = host_vars[hosts[0]]
+    inv = shown(inventory)
     for var in ("sandbox_name", "sandbox_subnet"):
         if first.get(var) is None:
-            raise InventoryError(f"{inventory}: {var} is not set (not a sandbox inventory)")
-    name = _literal(first.get("sandbox_name"), where=str(inventory), var="sandbox_name")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise InventoryError(f"{inv}: {var} is not set (not a sandbox inventory)")
+    name = _literal(first.get("sandbox_name"), where=inv, var="sandbox_name")
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InventoryError(
-            f"{inventory}: sandbox_name must be lower-case letters, digits, '.', '_' or '-' "
-            f"(got {name!r})"
+            f"{inv}: sandbox_name must be lower-case letters, digits, '.', '_' or '-', at most "
+            f"41, starting with a letter or digit (got {quoted(name)})"
         )
-    subnet_raw = _literal(first.get("sandbox_subnet"), where=str(inventory), var="sandbox_subnet")
+    subnet_raw = _literal(first.get("sandbox_subnet"), where=inv, var="sandbox_subnet")
     try:
-        subnet = ipaddress.ip_network(str(subnet_raw), strict=True)
+        if not isinstance(subnet_raw, str) or subnet_raw != subnet_raw.strip():
+            raise ValueError(subnet_raw)
+        subnet = ipaddress.ip_network(subnet_raw, strict=True)
     except ValueError:
         raise InventoryError(
-            f"{inventory}: sandbox_subnet must be a network such as 10.89.42.0/24 "
-            f"(got {subnet_raw!r})"
+            f"{inv}: sandbox_subnet must be a network such as 10.89.42.0/24 "
+            f"(got {quoted(subnet_raw)})"
         ) from None
     if not isinstance(subnet, ipaddress.IPv4Network) or subnet.num_addresses < 8:
-        raise InventoryError(f"{inventory}: sandbox_subnet must be an IPv4 network of /29 or wider")
+        raise InventoryError(f"{inv}: sandbox_subnet must be an IPv4 network of /29 or wider")
     gateway = next(subnet.hosts())
     nodes: list[SandboxNode] = []
     ports: dict[int, str] = {}
     ips: dict[str, str] = {}
     for host in hosts:
         hv = host_vars[host]
-        where = f"{inventory}: host {host}"
+        where = f"{inv}: host {shown(host)}"
         for var, value in (("sandbox_name", name), ("sandbox_subnet", subnet_raw)):
             if hv.get(var) != value:
                 raise InventoryError(f"{where}: {var} differs from the other nodes'")
-        if not _NAME_RE.match(host):
+        if not _NAME_RE.fullmatch(host):
             raise InventoryError(f"{where}: host name unusable as a container host name")
         port_raw = _literal(hv.get("ansible_port"), where=where, var="ansible_port")
-        try:
-            port = int(port_raw)
-        except (TypeError, ValueError):
-            port = -1
-        if isinstance(port_raw, bool) or not 1024 <= port <= 65535:
+        port = _port(port_raw)
+        if port is None:
             raise InventoryError(
-                f"{where}: ansible_port must be a port 1024..65535 (got {port_raw!r})"
+                f"{where}: ansible_port must be a port 1024..65535 (got {quoted(port_raw)})"
             )
         if port in ports:
             raise InventoryError(f"{where}: ansible_port {port} is also used by {ports[port]}")
         ip_raw = _literal(hv.get("sandbox_ip"), where=where, var="sandbox_ip")
         try:
-            ip = ipaddress.ip_address(str(ip_raw))
+            if not isinstance(ip_raw, str) or ip_raw != ip_raw.strip():
+                raise ValueError(ip_raw)
+            ip = ipaddress.ip_address(ip_raw)
         except ValueError:
             raise InventoryError(
-                f"{where}: sandbox_ip must be an IPv4 address (got {ip_raw!r})"
+                f"{where}: sandbox_ip must be an IPv4 address (got {quoted(ip_raw)})"
             ) from None
         if ip not in subnet or ip in (subnet.network_address, subnet.broadcast_address, gateway):
             raise InventoryError(
@@ -147,3 +163,13 @@ def spec_from_vars(
         ips[str(ip)] = host
         nodes.append(SandboxNode(name=host, ssh_port=port, ip=str(ip)))
     return SandboxSpec(name=name, subnet=str(subnet), nodes=tuple(nodes))
+
+
+def _port(value: Any) -> int | None:
+    """A published port, 1024..65535, from an int or ASCII digits only (``'²'``, ``2222.5``,
+    ``True`` and ``' 2222'`` are refused); None otherwise."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,5}", value, re.ASCII):
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 1024 <= value <= 65535:
+        return value
+    return None

@@ -73,6 +73,16 @@ def test_read_hosts_file_picks_up_group_vars_next_to_it(tmp_path: Path) -> None:
     assert sandbox.read_sandbox(write_inventory(tmp_path) / "hosts.yml") == SPEC
 
 
+def test_up_and_down_lock_the_sandbox_and_the_nodes_provision_locks() -> None:
+    # `sandbox up` and a provision of the same nodes exclude each other (mpictl.lock).
+    from mpictl.inventory import load_inventory
+
+    spec = sandbox.read_sandbox(ROOT / "inventories" / "sandbox")
+    keys = spec.lock_keys()
+    assert keys == ["sandbox:mpictl", "127.0.0.1:2221", "127.0.0.1:2222", "127.0.0.1:2223"]
+    assert load_inventory(ROOT / "inventories" / "sandbox").endpoints == keys[1:]
+
+
 def test_missing_inventory(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="no such inventory"):
         sandbox.read_sandbox(tmp_path / "nope")
@@ -102,6 +112,11 @@ def test_inventory_without_mpi_nodes(tmp_path: Path) -> None:
         (None, ("sandbox_subnet:", "x:"), "sandbox_subnet is not set"),
         (None, ("unit-sbx", "'{{ foo }}'"), "sandbox_name must be a literal"),
         (None, ("unit-sbx", "Bad Name"), "sandbox_name must be lower-case"),
+        (None, ("unit-sbx", '"unit-sbx\\n"'), r"sandbox_name must be .* \(got 'unit-sbx\\n'\)"),
+        (None, ("10.90.0.0/24", '"10.90.0.0/24\\n"'), "sandbox_subnet must be a network"),
+        (("2302", "'²'"), None, "host b: ansible_port must be a port 1024..65535 \\(got '²'\\)"),
+        (("2302", "2302.5"), None, "host b: ansible_port must be a port"),
+        (("10.90.0.12", '"10.90.0.12\\n"'), None, "host b: sandbox_ip must be an IPv4"),
         (None, ("10.90.0.0/24", "10.90.0.5/24"), "sandbox_subnet must be a network"),
         (None, ("10.90.0.0/24", "10.90.0.0/30"), "/29 or wider"),
         (("2302", "2301"), None, "host b: ansible_port 2301 is also used by a"),
