@@ -1,7 +1,9 @@
 """Send a workdir selection (:mod:`mpictl.workdir`) to the nodes of a job.
 
 The controller sends it once, to the head, with rsync over the head's own SSH connection (the
-cluster key, the pinned known_hosts of the inventory); the head then spreads it to the other
+cluster key, the pinned known_hosts of the inventory): the selection's own list of paths
+(``--files-from``, NUL-separated) is what leaves the controller, and the left-out paths only
+decide what is deleted there (:func:`send_to_head`); the head then spreads it to the other
 nodes in rounds (``scripts/workdir_fanout.py``), each node mirroring the head's copy. Every
 transfer's rsync ``--stats`` are kept, so a record shows what moved (a second run of an unchanged
 tree moves no file content).
@@ -14,7 +16,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 from mpictl import programs, remote, workdir
 from mpictl.errors import JobError
+from mpictl.inputs import shown
 
 FANOUT = "workdir_fanout.py"
 _STAT_LINES = {
@@ -78,32 +80,55 @@ def _rsync_reason(text: str) -> str:
 
 
 def send_to_head(head: remote.HeadSSH, sel: workdir.Selection, rel: str) -> RsyncStats:
-    """rsync the selection to ``~/rel`` on the head (everything else excluded, and deleted)."""
+    """rsync the selection to ``~/rel`` on the head: exactly the selection arrives, and nothing
+    else stays there.
+
+    Two rsyncs over the head's SSH. First the selection is sent: its paths, NUL-terminated, are
+    rsync's ``--files-from`` (not recursive: a directory in the list brings only itself), so what
+    leaves the controller is the list mpictl computed and hashed, whatever the names hold, and
+    no pattern stands between the two; ``--force`` lets a file replace a directory of the same
+    name. Then the stale entries go: a recursive rsync that transfers nothing (``--existing
+    --ignore-existing``) deletes on the head whatever is not on the controller or is left out
+    (the left-out paths as NUL-terminated anchored rules, ``--delete-excluded``). The first
+    rsync's ``--stats`` are the transfer's."""
     if shutil.which("rsync") is None:
         raise JobError("--workdir needs rsync on the controller (apt-get install rsync)")
-    with tempfile.NamedTemporaryFile("w", prefix="mpictl-filter-", suffix=".rules") as rules:
-        rules.write(workdir.rsync_filter(sel))
-        rules.flush()
-        argv = [
-            "rsync",
-            "-a",
-            "--delete",
-            "--delete-excluded",
-            "--stats",
-            f"--filter=merge {rules.name}",
-            "-e",
-            shlex.join(head.transport()),
-            f"--rsync-path=mkdir -p {shlex.quote(rel)} && rsync",
-            f"{sel.root}/",
-            f"{head.user}@{head.host}:{rel}/",
-        ]
-        proc = subprocess.run(argv, capture_output=True, text=True)
+    common = [
+        "-e",
+        shlex.join(head.transport()),
+        f"--rsync-path=mkdir -p {shlex.quote(rel)} && rsync",
+        f"{sel.root}/",
+        f"{head.user}@{head.host}:{rel}/",
+    ]
+    prune = [
+        "rsync",
+        "--recursive",
+        "--links",
+        "--delete",
+        "--delete-excluded",
+        "--existing",
+        "--ignore-existing",
+        "--from0",
+        "--exclude-from=-",
+        *common,
+    ]
+    send = ["rsync", "-a", "--force", "--stats", "--from0", "--files-from=-", *common]
+    sent = _rsync(head, sel, send, workdir.rsync_files(sel))
+    _rsync(head, sel, prune, workdir.rsync_filter(sel))
+    return parse_stats(sent.stdout.decode(errors="replace"))
+
+
+def _rsync(
+    head: remote.HeadSSH, sel: workdir.Selection, argv: list[str], stdin: bytes
+) -> subprocess.CompletedProcess[bytes]:
+    proc = subprocess.run(argv, input=stdin, capture_output=True)
     if proc.returncode != 0:
         raise JobError(
-            f"{head.node.name}: sending {sel.root} failed (rsync exit {proc.returncode}: "
-            f"{_rsync_reason(proc.stderr)}); is rsync installed on the node? `mpictl provision`"
+            f"{head.node.name}: sending {shown(sel.root)} failed (rsync exit {proc.returncode}: "
+            f"{shown(_rsync_reason(proc.stderr.decode(errors='replace')))}); is rsync installed "
+            "on the node? `mpictl provision`"
         )
-    return parse_stats(proc.stdout)
+    return proc
 
 
 def spread(

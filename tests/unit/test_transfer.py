@@ -249,3 +249,101 @@ def test_sync_puts_the_selection_at_one_path_on_every_node(
         transfer.sync(head, workdir.select(project, EXCLUDES), ["head", *NODES])
     assert str(err.value).startswith("the workdir did not reach n4 (from ")
     assert "Connection refused" in str(err.value)
+
+
+INJECTED = "a\n+ secret.env\n- x.log"  # a name that is three lines of an rsync filter
+
+
+def test_a_file_name_cannot_add_rsync_rules(nodes: Path, tmp_path: Path) -> None:
+    # issue 22, security defect 2: with the left-out paths as newline-separated rules, this
+    # name (itself ignored, by *.log) added "+ secret.env" and secret.env reached every node
+    root = tmp_path / "proj"
+    write(root, ".mpictlignore", "secret.env\n*.log\n")
+    write(root, "secret.env", "SECRET")
+    write(root, "x.log", "log")
+    write(root, INJECTED, "injected")
+    write(root, "train.py", "print()")
+    sel = workdir.select(root)
+    assert sorted(sel.ignored) == sorted([INJECTED, "secret.env", "x.log"])
+    rel = workdir.remote_dir(sel.root)
+    dest = nodes / "head" / rel
+    transfer.send_to_head(fake_head(tmp_path), sel, rel)
+    assert not (dest / "secret.env").exists()
+    assert set(snapshot(dest)) == {".mpictlignore", "train.py"}
+    # the same name, kept, arrives as one file with its content
+    write(root, ".mpictlignore", "secret.env\n")
+    sel = workdir.select(root)
+    transfer.send_to_head(fake_head(tmp_path), sel, rel)
+    got = snapshot(dest)
+    assert set(got) == {".mpictlignore", "train.py", "x.log", INJECTED}
+    assert got[INJECTED][-1] == b"injected" and not (dest / "secret.env").exists()
+
+
+ODD = [
+    INJECTED,
+    "+ plus",
+    "- minus",
+    "! bang",
+    "#hash",
+    ";semi",
+    " lead",
+    "trail ",
+    "back\\slash",
+    "wild*[1]?",
+    "cr\rx",
+    "tab\tx",
+    "--opt",
+    "\\",
+    os.fsdecode(b"caf\xe9"),
+    os.fsdecode(b"\xff\xfe"),
+]
+
+
+def test_odd_names_arrive_exactly_as_selected_and_left_out_ones_never(
+    nodes: Path, tmp_path: Path
+) -> None:
+    # every odd name twice: kept as it is, and left out with a ".env" suffix (*.env ignored);
+    # the head holds stale copies of both, and of the ignored files' names in a kept dir
+    root = tmp_path / "proj"
+    write(root, ".mpictlignore", "*.env\n")
+    for name in ODD:
+        write(root, name, f"new {name!r}")
+        write(root, name + ".env", "SECRET")
+        write(root, f"d/{name}", "new")
+        write(root, f"d/{name}.env", "SECRET")
+    sel = workdir.select(root)
+    assert len(sel.ignored) == 2 * len(ODD)
+    rel = workdir.remote_dir(sel.root)
+    dest = nodes / "head" / rel
+    for name in ODD:
+        write(dest, name, "old")
+        write(dest, name + ".env", "stale SECRET")
+        write(dest, f"d/{name}.env", "stale SECRET")
+    stats = transfer.send_to_head(fake_head(tmp_path), sel, rel)
+    got = snapshot(dest)
+    assert set(got) == set(sel.files + sel.dirs + sel.links)
+    assert got == {k: v for k, v in snapshot(root).items() if k in got}  # content and modes
+    assert not any(b"SECRET" in v[-1] for v in got.values() if v[0] == "F")
+    assert (stats.files, stats.content_bytes) == (len(sel.files), sel.total_bytes)
+
+
+def test_what_is_sent_is_the_selection_not_the_tree_at_send_time(
+    nodes: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "proj"
+    write(root, "a.py")
+    write(root, "x/inner.py")  # a directory on the head, a file in the new selection
+    write(root, "y", "file")  # and the other way round
+    head, rel = fake_head(tmp_path), workdir.remote_dir(root.resolve())
+    dest = nodes / "head" / rel
+    transfer.send_to_head(head, workdir.select(root), rel)
+    shutil.rmtree(root / "x")
+    write(root, "x", "now a file")
+    (root / "y").unlink()
+    write(root, "y/inner.py", "now a dir")
+    sel = workdir.select(root)
+    write(root, "late.py", "created after the selection")  # not in it: not sent
+    transfer.send_to_head(head, sel, rel)
+    got = snapshot(dest)
+    assert set(got) == {"a.py", "x", "y", "y/inner.py"}
+    assert got["x"][-1] == b"now a file" and got["y/inner.py"][-1] == b"now a dir"

@@ -5,13 +5,18 @@ path. A wrong answer here sends secrets or a whole dataset, or misses the code t
 
 from __future__ import annotations
 
+import builtins
+import hashlib
+import io
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mpictl import workdir
 from mpictl.errors import UsageError
+from mpictl.inputs import quoted
 
 
 def write(root: Path, rel: str, text: str = "x", mode: int | None = None) -> Path:
@@ -208,14 +213,14 @@ def test_an_unreadable_ignore_file_is_a_one_line_error(
 ) -> None:
     root = tmp_path / "proj"
     write(root, "sub/.mpictlignore", "*.tmp\n")
-    real = Path.read_text
+    real = os.open
 
-    def read_text(self: Path, *a: object, **kw: object) -> str:
-        if self.name == ".mpictlignore":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self, *a, **kw)  # type: ignore[arg-type]
+    def fake_open(path: object, flags: int, *a: object, **kw: object) -> int:
+        if Path(os.fspath(path)).name == ".mpictlignore":  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied", os.fspath(path))  # type: ignore[arg-type]
+        return real(path, flags, *a, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(os, "open", fake_open)
     message = usage_error(root)
     assert message == f"--workdir: cannot read {root / 'sub' / '.mpictlignore'}: Permission denied"
 
@@ -271,11 +276,17 @@ def test_parse_size(text: str, size: int) -> None:
     assert workdir.parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "0", "0.0G", "-1G", "abc", "2X", "G", "1.2.3M", "2 G B"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        *("", "0", "0.0G", "-1G", "abc", "2X", "G", "1.2.3M", "2 G B", "-1", "1e9999", "nan"),
+        *("inf", "1.5.5", "0.5", "0.0001K", "1" + "0" * 400, "\u0663M", "\uff11G", "1G\x00"),
+    ],
+)
 def test_parse_size_refuses_what_is_not_a_size(text: str) -> None:
     with pytest.raises(UsageError) as err:
         workdir.parse_size(text)
-    assert str(err.value).startswith(f"--max-workdir-size {text!r}: expected a size")
+    assert str(err.value).startswith(f"--max-workdir-size {quoted(text)}: expected a size")
 
 
 def test_remote_dir_is_stable_per_path_and_tells_same_names_apart(tmp_path: Path) -> None:
@@ -296,10 +307,212 @@ def test_rsync_filter_is_anchored_and_escapes_wildcards(tmp_path: Path) -> None:
     sel = workdir.Selection(
         root=tmp_path, ignored=["build/", "a*b[1]?.txt", "c\\d", "e\\f*"], unsafe_links=["k"]
     )
-    assert workdir.rsync_filter(sel).splitlines() == [
-        "- /a\\*b\\[1]\\?.txt",
-        "- /build/",
-        "- /c\\d",  # no wildcard: rsync reads the backslash literally
-        "- /e\\\\f\\*",
-        "- /k",
+    assert workdir.rsync_filter(sel).split(b"\0") == [
+        b"- /a\\*b\\[1]\\?.txt",
+        b"- /build/",
+        b"- /c\\d",  # no wildcard: rsync reads the backslash literally
+        b"- /e\\\\f\\*",
+        b"- /k",
+        b"",  # every rule NUL-terminated (rsync --from0)
     ]
+
+
+def test_rsync_lists_are_nul_terminated_bytes_a_newline_is_part_of_a_name(tmp_path: Path) -> None:
+    odd = "a\n+ secret.env\n- x.log"
+    sel = workdir.Selection(
+        root=tmp_path,
+        dirs=["d"],
+        files=["#x", ";y", odd, "d/f", os.fsdecode(b"\xff.bin")],
+        links=["l"],
+        ignored=[odd + ".log"],
+    )
+    assert workdir.rsync_files(sel).split(b"\0") == [
+        b"./#x",  # rsync would skip a line starting with '#' or ';' as a comment
+        b"./;y",
+        b"./a\n+ secret.env\n- x.log",
+        b"./d",
+        b"./d/f",
+        b"./l",
+        b"./\xff.bin",  # non-UTF-8 names as their bytes
+        b"",
+    ]
+    assert workdir.rsync_filter(sel) == b"- /a\n+ secret.env\n- x.log.log\0"
+
+
+def test_digest_format_of_an_ordinary_tree_is_unchanged(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    write(root, "a", "x", 0o644)
+    write(root, "sub/b", "y", 0o755)
+    (root / "l").symlink_to("a")
+
+    def sha(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    lines = f"D sub\nF a 644 {sha('x')}\nL l a\nF sub/b 755 {sha('y')}\n"
+    assert workdir.select(root).digest == sha(lines)
+
+
+def test_a_name_with_a_newline_cannot_forge_digest_entries(tmp_path: Path) -> None:
+    # two files "a" and "b", and one file whose name spells the first entry and the second's
+    # start: the old line format hashed both trees to the same bytes
+    two = tmp_path / "two"
+    write(two, "a", "x", 0o644)
+    write(two, "b", "y", 0o644)
+    x = hashlib.sha256(b"x").hexdigest()
+    one = tmp_path / "one"
+    write(one, f"a 644 {x}\nF b", "y", 0o644)
+    assert workdir.select(one).digest != workdir.select(two).digest
+    # nor a link target with a space, nor a name that starts with a quote
+    links, spaces = tmp_path / "links", tmp_path / "spaces"
+    (links / "a b").mkdir(parents=True)
+    (links / "a b" / "c").symlink_to("d")
+    (links / "a").mkdir()
+    (spaces / "a b").mkdir(parents=True)
+    (spaces / "a").mkdir()
+    (spaces / "a" / "b c").symlink_to("d")  # "L a/b c d" both ways without quoting
+    assert workdir.select(links).digest != workdir.select(spaces).digest
+
+
+def test_non_utf8_names_are_selected_hashed_and_ignored_as_bytes(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    raw = os.fsencode(root)
+    for name in (b"caf\xe9.py", b"\xff\xfe.log", b"ok.py"):
+        (Path(os.fsdecode(raw + b"/" + name))).write_bytes(b"x")
+    write(root, ".mpictlignore", "*.log\n")
+    sel = workdir.select(root)
+    assert sorted(os.fsencode(f) for f in sel.files) == [b".mpictlignore", b"caf\xe9.py", b"ok.py"]
+    assert [os.fsencode(f) for f in sel.ignored] == [b"\xff\xfe.log"]
+    assert len(sel.digest) == 64
+
+
+def test_a_non_utf8_ignore_file_and_bad_patterns_are_one_line_errors(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    write(root, "a.py")
+    (root / "sub").mkdir()
+    (root / "sub" / ".mpictlignore").write_bytes(b"*.log\n\xff\xfe\n")
+    message = usage_error(root)
+    assert message.startswith(f"--workdir: {root / 'sub' / '.mpictlignore'} is not UTF-8 text")
+    (root / "sub" / ".mpictlignore").write_text("*.log\n# ok\nfoo\\\n")
+    message = usage_error(root)
+    assert message == (
+        f"--workdir: {root / 'sub' / '.mpictlignore'} line 3: 'foo\\' is not a gitignore pattern"
+    )
+    (root / "sub" / ".mpictlignore").write_text("[z-a]\n")
+    assert "line 1: '[z-a]' is not a gitignore pattern" in usage_error(root)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        ("\\", "--exclude '\\': not a gitignore pattern"),
+        ("!", "--exclude '!': not a gitignore pattern"),
+        ("[z-a]", "--exclude '[z-a]': not a gitignore pattern"),
+        ("secret\n", "--exclude 'secret\\n': a pattern is one line of text"),
+        ("a\rb", "--exclude 'a\\rb': a pattern is one line of text"),
+    ],
+)
+def test_an_exclude_git_would_not_take_is_refused_before_the_tree_is_read(
+    tmp_path: Path, pattern: str, says: str
+) -> None:
+    # the patterns are checked first: even a missing directory is not looked at
+    assert usage_error(tmp_path / "nope", excludes=["*.log", pattern]) == says
+
+
+def test_the_cap_is_checked_from_sizes_before_any_file_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "proj"
+    write(root, "a.py", "x" * 100)
+    big = root / "data" / "huge.bin"
+    big.parent.mkdir()
+    os.truncate(write(root, "data/huge.bin", ""), 200 * 1024**3)  # sparse: no disk
+    write(root, "zz/after.py")
+    opened: list[str] = []
+
+    def spy(real: Any) -> Any:
+        def open_(path: Any, *a: Any, **kw: Any) -> Any:
+            opened.append(os.fsdecode(path) if isinstance(path, (str, bytes, Path)) else "")
+            if opened[-1] == str(big):
+                raise RuntimeError("the big file was opened")  # fail fast, do not read 200 GiB
+            return real(path, *a, **kw)
+
+        return open_
+
+    for module, name in ((os, "open"), (io, "open"), (builtins, "open")):
+        monkeypatch.setattr(module, name, spy(getattr(module, name)))
+    message = usage_error(root, max_bytes=1024**2)
+    assert message.startswith(f"--workdir {root}: at least 200.0 GiB to send, over the 1.0 MiB cap")
+    assert opened == []  # not even a.py: hashing starts after the walk
+
+
+def test_a_file_that_grows_past_the_cap_while_hashed_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "proj"
+    path = write(root, "log.txt", "x" * 10)
+    real = workdir._walk
+
+    def walk(sel: workdir.Selection, rules: object) -> object:
+        yield from real(sel, rules)  # type: ignore[arg-type]
+        path.write_text("x" * 5000)  # after its size was taken
+
+    monkeypatch.setattr(workdir, "_walk", walk)
+    assert "to send, over the 1.0 KiB cap" in usage_error(root, max_bytes=1024)
+
+
+def test_fifos_sockets_are_left_out_unopened_and_a_swapped_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "proj"
+    write(root, "a.py")
+    os.mkfifo(root / "pipe")
+    os.mkfifo(root / ".mpictlignore")  # not read: reading would block
+    sub = root / "sub"
+    sub.mkdir()
+    os.mkfifo(sub / "fifo.py")
+    sel = workdir.select(root)  # returns: nothing blocked on a FIFO
+    assert sorted(sel.files) == ["a.py"]
+    assert sorted(sel.ignored) == [".mpictlignore", "pipe", "sub/fifo.py"]
+    # a file replaced by a FIFO between the walk and the hash: refused, not blocked on
+    real = workdir._walk
+
+    def walk(sel: workdir.Selection, rules: object) -> object:
+        yield from real(sel, rules)  # type: ignore[arg-type]
+        (root / "a.py").unlink()
+        os.mkfifo(root / "a.py")
+
+    monkeypatch.setattr(workdir, "_walk", walk)
+    assert usage_error(root) == f"--workdir: {root / 'a.py'} changed while it was read; run again"
+
+
+def test_symlink_loops_are_left_out_and_a_looping_workdir_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    write(root, "a.py")
+    (root / "self").symlink_to("self")
+    (root / "x").symlink_to("y")
+    (root / "y").symlink_to("x")
+    sel = workdir.select(root)
+    assert sel.files == ["a.py"] and sel.links == []
+    assert sorted(sel.unsafe_links) == ["self", "x", "y"]
+    (tmp_path / "loop").symlink_to("loop")
+    message = usage_error(tmp_path / "loop")
+    assert message == f"--workdir {tmp_path / 'loop'}: Too many levels of symbolic links"
+
+
+def test_root_home_and_what_holds_home_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert usage_error("/").startswith("--workdir /: the root directory")
+    home = tmp_path / "home" / "me"
+    write(home, "proj/a.py")
+    monkeypatch.setenv("HOME", str(home))
+    for directory in (home, tmp_path / "home", "~"):
+        assert "holds your home directory" in usage_error(directory)
+    assert workdir.select(home / "proj").files == ["a.py"]
+    assert usage_error("") == "--workdir '': expected a directory"
+
+
+def test_paths_in_messages_are_escaped(tmp_path: Path) -> None:
+    odd = tmp_path / "a\nb\x1b]0;title\x07"
+    assert usage_error(odd) == f"--workdir {tmp_path}/a\\nb\\x1b]0;title\\x07: no such directory"
