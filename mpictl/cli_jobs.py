@@ -62,9 +62,11 @@ def run(
     ] = False,
     master_port: Annotated[int, typer.Option(help="MASTER_PORT with --torch.")] = 29500,
     workdir: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            "--workdir", help="Sync this directory to every node; every rank starts in it."
+            "--workdir",
+            metavar="DIR",
+            help="Sync this directory to every node; every rank starts in it.",
         ),
     ] = None,
     exclude: Annotated[
@@ -72,8 +74,9 @@ def run(
         typer.Option("--exclude", help="Leave out (gitignore pattern; repeatable)."),
     ] = None,
     max_workdir_size: Annotated[
-        str, typer.Option(help="Refuse a --workdir larger than this (e.g. 2G, 500M).")
-    ] = "2G",
+        str | None,
+        typer.Option(help="Refuse a --workdir larger than this (e.g. 2G, 500M). [default: 2G]"),
+    ] = None,
     detach: Annotated[
         bool, typer.Option("--detach", help="Start the job on the head and return its id.")
     ] = False,
@@ -92,6 +95,8 @@ def run(
 
     if exclude and workdir is None:
         raise UsageError("--exclude applies to --workdir")
+    if max_workdir_size is not None and workdir is None:
+        raise UsageError("--max-workdir-size applies to --workdir")
     via = submit.launcher(launcher)
     cluster = load_inventory(inventory_path(inventory))
     options = LaunchOptions(
@@ -110,7 +115,9 @@ def run(
         workdir=None
         if workdir is None
         else submit.WorkdirRequest(
-            str(workdir), exclude or [], workdir_mod.parse_size(max_workdir_size)
+            workdir,
+            exclude or [],
+            workdir_mod.parse_size("2G" if max_workdir_size is None else max_workdir_size),
         ),
         output_dir=output_dir,
     )

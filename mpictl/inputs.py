@@ -39,7 +39,7 @@ def shown(value: Any, limit: int = MAX_SHOWN) -> str:
             out.append(repr(char)[1:-1] if char not in "'\"" else char)
     escaped = "".join(out)
     if len(text) > limit:
-        escaped = escaped[: limit] + "..."
+        escaped = escaped[:limit] + "..."
     return escaped
 
 
@@ -53,9 +53,7 @@ def fullmatch(pattern: re.Pattern[str], value: Any) -> bool:
     return isinstance(value, str) and pattern.fullmatch(value) is not None
 
 
-def integer(
-    what: str, value: Any, *, minimum: int = 1, maximum: int | None = None
-) -> int:
+def integer(what: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
     """An integer in ``[minimum, maximum]`` from an int or ASCII decimal digits (``'²'`` is a
     digit to ``str.isdigit`` but not a number; booleans are not numbers)."""
     number: int | None = None

@@ -153,6 +153,21 @@ def ensure_dir(path: Path, what: str) -> Path:
     return path
 
 
+def check_dir(path: Path, what: str) -> Path:
+    """:func:`ensure_dir` without creating anything: ``path`` is a directory this process can
+    write in, or can be created (its nearest existing ancestor is one). For a check before
+    anything is written, as ``run`` makes before it contacts the head."""
+    path = Path(path)
+    probe = path
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise unusable(path, what)
+    if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):
+        raise unusable(path, what, OSError(errno.EACCES, os.strerror(errno.EACCES), str(probe)))
+    return path
+
+
 def entries(path: Path, what: str) -> list[str]:
     """The names in directory ``path`` (none when it does not exist), sorted; UsageError
     (:func:`unusable`) when it cannot be listed."""

@@ -174,9 +174,10 @@ def _prepare(
     if request.workdir is not None:
         req = request.workdir
         selection = workdir.select(req.directory, req.excludes, req.max_bytes)
+        _refuse_state_in(selection)
     if request.output_dir is not None:
         check_output_dir(request.output_dir)
-    paths.ensure_dir(paths.jobs_dir(), "job records")  # a broken state dir: before any contact
+    paths.check_dir(paths.jobs_dir(), "job records")  # a broken state dir: before any contact
     head = via.prepare(cluster)
     extra = dict(request.extra)
     if request.output_dir is not None:
@@ -188,6 +189,23 @@ def _prepare(
         extra["workdir"] = report.to_json()
         plan = via.plan(cluster, dataclasses.replace(options, wdir=report.path), job_id)
     return plan, create_record(cluster, plan, options.command, extra)
+
+
+def _refuse_state_in(selection: workdir.Selection) -> None:
+    """A workdir that would send mpictl's own state (the cluster key, job records) is refused:
+    the state dir lies inside it and something of it is selected."""
+    state = paths.state_dir().resolve()
+    root = selection.root
+    if state != root and root not in state.parents:
+        return
+    inside = os.fsdecode(state.relative_to(root).as_posix()) if state != root else ""
+    chosen = [os.fsdecode(f) for f in (*selection.files, *selection.links)]
+    if any(not inside or f == inside or f.startswith(inside + "/") for f in chosen):
+        raise UsageError(
+            f"--workdir {inputs.shown(str(root), limit=1000)} holds mpictl's state dir "
+            f"{inputs.shown(str(state), limit=1000)} (the cluster key, job records): leave it out "
+            "with .mpictlignore or --exclude, or set MPICTL_STATE_DIR elsewhere"
+        )
 
 
 def check_output_dir(path: Path) -> None:

@@ -132,7 +132,7 @@ def test_cli_provision_limit_keeps_the_validation_play(
 def test_second_provision_is_refused_while_one_runs(
     first_provision: runner.RunResult, inventory: Path
 ) -> None:
-    with lock.hold(inventory):
+    with lock.hold(load_inventory(inventory).endpoints, source=inventory):
         proc = mpictl("provision", "-i", str(inventory))
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("mpictl: error: another mpictl provision is running")

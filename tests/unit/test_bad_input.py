@@ -242,7 +242,13 @@ def test_ctrl_c_says_so(hostile: Hostile, monkeypatch: pytest.MonkeyPatch) -> No
         return ""
 
     monkeypatch.setattr(hostfile, "render", interrupted)
-    got = hostile.call("hostfile", "-i", str(hostile.inventory))
+    # Python's own handler, as in a fresh `mpictl` process (ansible-runner, run in this process
+    # by other tests, replaces it and never puts it back)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        got = hostile.call("hostfile", "-i", str(hostile.inventory))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert got.code == 130 and not got.traceback, got.describe()
     assert got.err_lines == ["mpictl: interrupted"]
 
@@ -271,3 +277,31 @@ def test_run_refuses_a_broken_state_dir_before_contact(
     assert got.code == 2 and got.spawned == [] and got.shim_calls == [], got.describe()
     assert len(got.err_lines) == 1 and "MPICTL_STATE_DIR" in got.err, got.describe()
     assert key.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--workdir", "", "--", "true"], "--workdir ''"),
+        (["--max-workdir-size", "abc", "--", "true"], "--max-workdir-size applies to --workdir"),
+        (["--max-workdir-size", "1G", "--", "true"], "--max-workdir-size applies to --workdir"),
+    ],
+)
+def test_workdir_options_without_a_workdir(hostile: Hostile, args: list[str], says: str) -> None:
+    hostile.refused("run", "-i", str(hostile.inventory), *args, says=(says,))
+
+
+def test_a_workdir_that_would_send_the_state_dir_is_refused(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = hostile.root / "proj"
+    state = project / ".mpictl-state"
+    (state / "cluster_ssh").mkdir(parents=True)
+    (state / "cluster_ssh" / "id_ed25519").write_text("secret\n")
+    (project / "train.py").write_text("print(1)\n")
+    monkeypatch.setenv("MPICTL_STATE_DIR", str(state))
+    run = ["run", "-i", str(hostile.inventory), "--workdir", str(project)]
+    hostile.refused(*run, "--", "true", says=("holds mpictl's state dir", "--exclude"))
+    # left out, the same tree gets past the check (to the head: the ssh shim)
+    got = hostile.call(*run, "--exclude", ".mpictl-state/", "--", "true")
+    assert got.code == 1 and any(c.startswith("ssh ") for c in got.shim_calls), got.describe()

@@ -104,7 +104,7 @@ def test_an_unreadable_dir(hostile: Hostile, monkeypatch: pytest.MonkeyPatch) ->
     root = tree(hostile)
     real = os.access
     monkeypatch.setattr(
-        os, "access", lambda p, m, **kw: False if Path(p) == root else real(p, m, **kw)
+        os, "access", lambda p, m, **kw: False if os.fsdecode(p) == str(root) else real(p, m, **kw)
     )
     run(hostile, root, says=("--workdir", "readable"))
 
