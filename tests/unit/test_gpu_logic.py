@@ -366,3 +366,26 @@ def test_smoke_checks_horovod_with_the_named_interpreter(monkeypatch: pytest.Mon
     assert (errors, skip) == ([], {})
     assert commands[1] == "/usr/bin/python3 - horovod.torch"
     assert "horovod.torch" not in commands[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected", "mismatch"),
+    [
+        ("sm90-only.fatbin", {"sm": ["90"], "ptx": []}, ""),
+        (
+            "sm90-sm100f-ptx100.fatbin",
+            {"sm": ["90", "100"], "ptx": ["100"]},
+            "PTX for compute_100 (want none)",
+        ),
+    ],
+)
+def test_archs_of_fat_binaries_nvcc_13_wrote(
+    name: str, expected: dict[str, list[str]], mismatch: str
+) -> None:
+    # Recorded with nvcc 13.0, compressed as NCCL's own (tests/unit/data/fatbin/README.md): an
+    # sm_90-only build reads as exactly sm_90; sm_90 + sm_100f (the cubins NCCL adds itself) +
+    # PTX reads as all three, and the nccl role's verify for an sm_90 request without PTX takes
+    # the sm_100 cubin as NCCL's own and names only the stray PTX.
+    found = archs.read(str(ROOT / "tests" / "unit" / "data" / "fatbin" / name))
+    assert found == expected
+    assert cuda.mpictl_cuda_build_mismatch(found, ["90"], ptx=False) == mismatch
