@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -490,3 +491,86 @@ def test_smoke_preflight_horovod_on_some_nodes_names_the_broken_one(monkeypatch)
         f"node2: Horovod does not import ({broken}) while node1, node3 have it; "
         "fix: `mpictl provision` (horovod role)"
     ]
+
+
+# A stand-in for torch.distributed: a process group whose destructor, run when Python finalizes
+# its modules (after the atexit handlers) with the group still initialized, aborts the process as
+# gloo's threads do (exit 134), unless it was destroyed.
+FAKE_DIST = """
+import os
+_state = {"initialized": False}
+def is_available():
+    return True
+def is_initialized():
+    return _state["initialized"]
+def init_process_group(*args, **kwargs):
+    _state["initialized"] = True
+def destroy_process_group():
+    _state["initialized"] = False
+    with open(os.environ["FAKE_TORCH_LOG"], "a") as log:
+        log.write("destroyed\\n")
+class _Group:
+    def __del__(self, _exit=os._exit, _state=_state):
+        if _state["initialized"]:
+            _exit(134)  # "terminate called without an active exception"
+_group = _Group()
+"""
+
+
+def fake_torch(tmp_path: Path) -> Path:
+    root = tmp_path / "fake-torch"
+    (root / "torch" / "distributed").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text("")
+    (root / "torch" / "distributed" / "__init__.py").write_text(FAKE_DIST)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("script", "code", "destroyed"),
+    [
+        # the three-line script of issue 23: the group is left initialized
+        ("import torch.distributed as d; d.init_process_group('gloo')", 0, 1),
+        ("import sys, torch.distributed as d; d.init_process_group('gloo'); sys.exit(3)", 3, 1),
+        # a script that tears down its own group: nothing more to do
+        ("import torch.distributed as d; d.init_process_group(); d.destroy_process_group()", 0, 1),
+        ("import torch.distributed as d", 0, 0),
+        ("print('no torch')", 0, 0),
+    ],
+)
+def test_torch_env_tears_down_a_process_group_the_script_left(
+    tmp_path: Path, script: str, code: int, destroyed: int
+) -> None:
+    log = tmp_path / "log"
+    env = {
+        **OMPI,
+        "MPICTL_GPU_COUNT": "0",
+        "PYTHONPATH": str(fake_torch(tmp_path)),
+        "FAKE_TORCH_LOG": str(log),
+    }
+    proc = torch_env(env, sys.executable, "-c", script)
+    assert proc.returncode == code, proc.stderr
+    assert (log.read_text().count("destroyed") if log.exists() else 0) == destroyed
+
+
+def test_without_the_exit_handler_the_fake_group_aborts_the_rank(tmp_path: Path) -> None:
+    # The control case: the same script, run without the wrapper's sitecustomize, exits 134.
+    env = {**os.environ, "PYTHONPATH": str(fake_torch(tmp_path)), "FAKE_TORCH_LOG": "/dev/null"}
+    script = "import torch.distributed as d; d.init_process_group('gloo')"
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+    assert proc.returncode == 134
+
+
+def test_the_exit_handler_runs_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nopen(os.environ['FAKE_TORCH_LOG'], 'a').write('site\\n')\n"
+    )
+    log = tmp_path / "log"
+    env = {**OMPI, "MPICTL_GPU_COUNT": "0", "PYTHONPATH": str(site), "FAKE_TORCH_LOG": str(log)}
+    proc = torch_env(
+        env, sys.executable, "-c", "import sitecustomize; print(sitecustomize.__file__)"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text() == "site\n"
+    assert "mpictl-torch-site" in proc.stdout  # ours is the one Python imported
