@@ -81,8 +81,12 @@ def run(
         bool, typer.Option("--detach", help="Start the job on the head and return its id.")
     ] = False,
     output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", help="Each rank's stdout/stderr in DIR/rank.N/ (at the end)."),
+        str | None,
+        typer.Option(
+            "--output-dir",
+            metavar="DIR",
+            help="Each rank's stdout/stderr in DIR/rank.N/ (at the end).",
+        ),
     ] = None,
     launcher: LauncherOpt = "mpirun",
 ) -> None:
@@ -93,6 +97,8 @@ def run(
     from mpictl.inventory import load_inventory
     from mpictl.planner import LaunchOptions, LaunchPlan
 
+    if output_dir is not None and not output_dir.strip():
+        raise UsageError("--output-dir '': expected a directory")
     if exclude and workdir is None:
         raise UsageError("--exclude applies to --workdir")
     if max_workdir_size is not None and workdir is None:
@@ -119,7 +125,7 @@ def run(
             exclude or [],
             workdir_mod.parse_size("2G" if max_workdir_size is None else max_workdir_size),
         ),
-        output_dir=output_dir,
+        output_dir=None if output_dir is None else Path(output_dir),
     )
 
     def announce(plan: LaunchPlan, record: object) -> None:

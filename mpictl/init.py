@@ -28,7 +28,6 @@ from mpictl.hostnames import NOT_A_HOST, NOT_AN_ADDRESS, host_problem, is_ip_add
 from mpictl.inputs import quoted, shown
 
 SPEC_SYNTAX = "[NAME=]HOST[:PORT], with an IPv6 HOST in brackets when a port follows"
-_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 _SSH_OPTION = re.compile(r"([A-Za-z][A-Za-z0-9]*)=([^\x00-\x1f]+)")
 # ssh options mpictl init sets itself: host keys are never accepted automatically.
 _OWN_OPTIONS = {"batchmode", "stricthostkeychecking"}
@@ -143,16 +142,16 @@ def plan(
     specs = parse_host_specs(hosts)
     if head is not None and head not in {s.name for s in specs}:
         names = ", ".join(s.name for s in specs)
-        raise UsageError(f"--head {head!r} is not one of the hosts ({names})")
-    if user is not None and not _USER.fullmatch(user):
-        raise UsageError(f"--user {user!r}: not a valid user name")
+        raise UsageError(f"--head {quoted(head)} is not one of the hosts ({shown(names)})")
+    if user is not None and not inputs.fullmatch(inputs.LOGIN_NAME, user):
+        raise UsageError(f"--user {quoted(user)}: not a login name ({inputs.LOGIN_RULE})")
     if slots is not None and slots < 1:
         raise UsageError(f"--slots must be a positive integer, got {slots}")
     key = None
     if ssh_key is not None:
         path = Path(ssh_key).expanduser()
         if not path.is_file():
-            raise UsageError(f"--ssh-key {ssh_key}: no such file")
+            raise UsageError(f"--ssh-key {quoted(str(ssh_key))}: no such file")
         key = str(path.absolute())
     options = tuple(_ssh_option(o) for o in ssh_options)
     return Starter(specs, head, user, slots, key, options)

@@ -22,6 +22,11 @@ from mpictl.errors import UsageError
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A POSIX portable user name as useradd accepts it (Debian's default NAME_REGEX, no '$').
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+# A login name (ansible_user, init --user): letters, digits, '_', '.', '@', '-', not starting
+# with '-' or '.'; wider than USER_NAME (upper case, directory logins as first.last@corp), which
+# the MPI user mpictl creates must follow.
+LOGIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
+LOGIN_RULE = "letters, digits, '_', '.', '@', '-', not starting with '-' or '.'"
 # A Linux network interface name: 1..15 bytes, no '/', ':', whitespace or control character.
 INTERFACE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
 MAX_SHOWN = 200
@@ -51,6 +56,17 @@ def quoted(value: Any) -> str:
 def fullmatch(pattern: re.Pattern[str], value: Any) -> bool:
     """``value`` is a string ``pattern`` matches whole (``$`` would accept a final newline)."""
     return isinstance(value, str) and pattern.fullmatch(value) is not None
+
+
+def number(value: Any) -> int | None:
+    """An int, or a string of ASCII digits only (no sign, no space: ``'²'``, ``'1 '``, ``1.5`` and
+    ``True`` are not numbers): the strict reading of a value in a file (an inventory, the
+    sandbox's literals); None otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,19}", value, re.ASCII):
+        return int(value)
+    return None
 
 
 def integer(what: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:

@@ -22,9 +22,12 @@ above, ``ansible_port`` (1..65535), ``ansible_user`` and ``ansible_become_user``
 shell (one word each, no leading ``-``), the ssh argument variables (they must parse); two nodes
 with the same ``ansible_host:port`` are refused. ``-e`` may not set the variables that give ssh
 its options or programs, nor the connection (:data:`NOT_FROM_EXTRA_VARS`): those belong in the
-inventory, which the job side reads too. A ``-e`` value is checked as written, never templated
-here (a lookup would run a program before the run), so a template given with ``-e`` for a checked
-variable is refused.
+inventory, which the job side reads too, and an inventory template in one of them may not take a
+part from ``-e`` (:meth:`_Contract.unmoved`). A ``-e`` value is checked as written, never
+templated here, and an inventory template reads it as data that is never rendered (a lookup
+would run a program before the run), so a template given with ``-e`` for a checked variable is
+refused. Inventory templates see the variables, the cached facts, ``groups``, ``group_names``
+and ``inventory_hostname(_short)``, not ``hostvars``.
 
 Size: the loader (Ansible's API, the fact cache, variables merged as Ansible merges them) and the
 contract's checks of every variable belong together; both read the same merged view.
@@ -52,10 +55,6 @@ HEAD_GROUP = "mpi_head"
 #: Ranks per node: a cap far above any machine's cores or GPUs that still stops a typo
 #: (``mpi_slots: 99999999999``) before it becomes a hostfile or a rank count.
 MAX_SLOTS = 4096
-#: A login name (``ansible_user``): letters, digits, ``_ . @ -``, not starting with ``-`` or
-#: ``.``; wider than :data:`mpictl.inputs.USER_NAME` (upper case, directory logins as
-#: ``first.last@corp``), which the MPI user that mpictl creates must follow.
-LOGIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
 #: Variables that hold ssh's own options: they must parse as a command line (the job side splits
 #: ``ansible_ssh_common_args`` with shlex, as Ansible does).
 ARGS_VARS = (
@@ -87,6 +86,31 @@ NOT_FROM_EXTRA_VARS = (
     "ansible_control_path",
     "ansible_control_path_dir",
     "ansible_connection",
+)
+#: The only Ansible variables (``ansible_*``) that ``-e`` may set: where and as whom the
+#: connection goes, become, the remote Python, timeouts. The rest (host key checking, ssh's
+#: options, programs and control sockets, paramiko's proxy command, the connection plugin, ...)
+#: could weaken or replace the connection: a site sets them in its inventory.
+FROM_EXTRA_VARS = (
+    "ansible_host",
+    "ansible_port",
+    "ansible_user",
+    "ansible_ssh_host",
+    "ansible_ssh_port",
+    "ansible_ssh_user",
+    "ansible_private_key_file",
+    "ansible_ssh_private_key_file",
+    "ansible_python_interpreter",
+    "ansible_shell_executable",
+    "ansible_become",
+    "ansible_become_user",
+    "ansible_become_method",
+    "ansible_become_password",
+    "ansible_become_pass",
+    "ansible_password",
+    "ansible_ssh_pass",
+    "ansible_timeout",
+    "ansible_ssh_timeout",
 )
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -159,18 +183,22 @@ class Cluster:
 
 
 def check_extravars(extravars: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``-e`` variables, each name a variable name and none of :data:`NOT_FROM_EXTRA_VARS`;
-    their values are checked with the inventory (:func:`load_inventory`)."""
+    """The ``-e`` variables, each name a variable name, none of :data:`NOT_FROM_EXTRA_VARS` and
+    no other ``ansible_*`` than :data:`FROM_EXTRA_VARS`; their values are checked with the
+    inventory (:func:`load_inventory`)."""
     for name in extravars:
         if not inputs.fullmatch(inputs.ENV_NAME, name):
             raise UsageError(
                 f"-e: {quoted(name)} is not a variable name (letters, digits and '_', not "
                 "starting with a digit)"
             )
-        if name in NOT_FROM_EXTRA_VARS:
+        if name in NOT_FROM_EXTRA_VARS or (
+            name.startswith("ansible_") and name not in FROM_EXTRA_VARS
+        ):
             raise UsageError(
-                f"-e: {name} cannot be set with -e (it gives ssh its options or programs, or "
-                "replaces the connection): set it in the inventory"
+                f"-e: {name} cannot be set with -e (of Ansible's own variables, -e sets only where "
+                "and as whom the connection goes, become, the remote Python and timeouts): set it "
+                "in the inventory"
             )
         odd = _not_plain(extravars[name])
         if odd is not None:
@@ -200,20 +228,10 @@ def _not_plain(value: Any) -> Any:
     return value
 
 
-def _number(value: Any) -> int | None:
-    """An int, or a string of ASCII digits only (no sign, no space: ``'²'``, ``'1 '``, ``1.5`` and
-    ``True`` are not numbers); None otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,19}", value, re.ASCII):
-        return int(value)
-    return None
-
-
 def parse_slots(host: str, value: Any) -> int:
     """``mpi_slots`` as an integer 1..:data:`MAX_SLOTS`, or an InventoryError naming host and
     variable."""
-    number = _number(value)
+    number = inputs.number(value)
     if number is None or not 1 <= number <= MAX_SLOTS:
         raise InventoryError(
             f"{shown(host)}: mpi_slots must be a positive integer up to {MAX_SLOTS}, "
@@ -234,6 +252,7 @@ class _Contract:
         variables: Mapping[str, Any],
         extra: Mapping[str, Any],
         loader: Any,
+        base: Mapping[str, Any] | None = None,
     ) -> None:
         self.path, self.name, self.variables, self.extra, self.loader = (
             path,
@@ -242,11 +261,28 @@ class _Contract:
             extra,
             loader,
         )
+        self.base = variables if base is None else base  # the same without the -e variables
         self.where = f"{shown(path)}: host {quoted(name)}"
 
     def get(self, var: str) -> Any:
-        """The templated value of ``var``, None when unset (Ansible skips a None value)."""
+        """The templated value of ``var``, None when unset (Ansible skips a None value). A value
+        given with ``-e`` is taken as written: never templated here."""
+        if var in self.extra:
+            return self.extra[var]
         return _template(self.loader, self.variables, self.variables.get(var))
+
+    def unmoved(self, var: str, value: Any) -> None:
+        """``var`` reaches ssh's command line: an inventory template must not take a part of it
+        from ``-e`` (``-o ProxyJump={{ jump }}`` with ``-e jump='x -oProxyCommand=...'``)."""
+        if var in self.extra or var not in self.base:
+            return
+        if _template(self.loader, self.base, self.base.get(var)) != value:
+            raise self.fail(
+                var,
+                value,
+                "-e changes it through the inventory's template: ssh's options and programs "
+                "come from the inventory alone",
+            )
 
     def last(self, *names: str) -> tuple[str, Any]:
         """(variable, value) of the last of ``names`` that is set: the one Ansible's ssh
@@ -290,19 +326,18 @@ class _Contract:
         var, value = self.last("ansible_port", "ansible_ssh_port")
         if value is None:
             return 22
-        number = _number(value)
+        number = inputs.number(value)
         if number is None or not 1 <= number <= 65535:
             raise self.fail(var, value, "not a port (an integer 1..65535)")
         return number
 
     def login(self, *names: str) -> str | None:
         var, value = self.last(*names)
-        if value is not None and not inputs.fullmatch(LOGIN_NAME, value):
+        if value is not None and not inputs.fullmatch(inputs.LOGIN_NAME, value):
             raise self.fail(
                 var,
                 value,
-                "not a login name (letters, digits, '_', '.', '@', '-', not starting with '-' "
-                "or '.')",
+                f"not a login name ({inputs.LOGIN_RULE})",
             )
         return value
 
@@ -310,7 +345,7 @@ class _Contract:
         value = self.get("mpi_slots")
         if value is None:
             return None
-        number = _number(value)
+        number = inputs.number(value)
         if number is None or not 1 <= number <= MAX_SLOTS:
             raise self.fail("mpi_slots", value, f"not a slot count (an integer 1..{MAX_SLOTS})")
         return number
@@ -337,6 +372,7 @@ class _Contract:
                 raise self.fail(var, value, "must be a path (a string without control characters)")
             if value.startswith("-"):
                 raise self.fail(var, value, "must not start with '-' (ssh would read an option)")
+            self.unmoved(var, value)
 
     def ssh_args(self) -> str:
         for var in ARGS_VARS:
@@ -349,6 +385,7 @@ class _Contract:
                 shlex.split(value)
             except ValueError as exc:
                 raise self.fail(var, value, f"does not parse as a command line ({exc})") from None
+            self.unmoved(var, value)
         common = self.get("ansible_ssh_common_args")
         return common if isinstance(common, str) else ""
 
@@ -560,6 +597,16 @@ def _template(loader: Any, variables: Mapping[str, Any], value: Any) -> Any:
         return value
 
 
+def _never_templated(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``-e`` values as data a template may read but never render (ansible-core before 2.19
+    would render a lookup in them while the inventory is checked)."""
+    try:
+        from ansible.utils.unsafe_proxy import wrap_var
+    except ImportError:  # pragma: no cover - removed in a later ansible-core
+        return dict(extra)
+    return {name: wrap_var(value) for name, value in extra.items()}
+
+
 def _interface(what: str, value: Any) -> str:
     """``mpi_network_interface``: unset when empty, else an interface name."""
     return "" if value == "" else inputs.interface_name(what, value)
@@ -590,10 +637,19 @@ def load_inventory(
     ends: dict[str, str] = {}
     for name in names:
         host = manager.get_host(name)
-        hostvars = {**variables.get(host), **extra}
+        own = variables.get(host)
+        hostvars = {**own, **extra}
         facts = cached.get(name)
-        merged = {**facts, **hostvars, "inventory_hostname": name}
-        check = _Contract(path, name, merged, extra, loader)
+        # What an inventory template may use besides variables and cached facts (no hostvars).
+        context = {
+            "groups": groups,
+            "group_names": sorted(g.name for g in host.get_groups() if g.name != "all"),
+            "inventory_hostname": name,
+            "inventory_hostname_short": name.split(".")[0],
+        }
+        base = {**facts, **own, **context}
+        merged = {**facts, **own, **_never_templated(extra), **context}
+        check = _Contract(path, name, merged, extra, loader, base=base)
         ssh_host = check.name_and_host()
         address = check.address()
         for label in {name.lower(), address.lower()}:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mpictl import paths
-from mpictl.errors import MpictlError
+from mpictl.errors import Interrupted, MpictlError
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -223,6 +223,13 @@ def _run(kind: str, on_event: EventHandler | None, **kwargs: Any) -> RunResult:
         )
     except Exception as exc:  # ansible-runner raises plain exceptions for setup problems
         raise MpictlError(f"ansible-runner could not start: {exc}") from None
+    if str(runner.status) == "canceled":
+        # ansible-runner's own SIGINT/SIGTERM handler stopped Ansible (Ctrl-C): say so, 130.
+        raise Interrupted(
+            f"{kind} interrupted (Ctrl-C or SIGTERM): Ansible was stopped mid-run; run it again "
+            f"to finish (artifacts: {run_dir})",
+            130,
+        )
     return RunResult(
         rc=int(runner.rc if runner.rc is not None else 1),
         status=str(runner.status),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpictl import paths
+from mpictl import inputs, paths
 from mpictl.errors import InventoryError
 from mpictl.inputs import quoted, shown
 
@@ -168,8 +168,5 @@ def spec_from_vars(
 def _port(value: Any) -> int | None:
     """A published port, 1024..65535, from an int or ASCII digits only (``'²'``, ``2222.5``,
     ``True`` and ``' 2222'`` are refused); None otherwise."""
-    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,5}", value, re.ASCII):
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and 1024 <= value <= 65535:
-        return value
-    return None
+    number = inputs.number(value)
+    return number if number is not None and 1024 <= number <= 65535 else None

@@ -46,7 +46,7 @@ PROBE = "Count the node's GPUs and find the components still as its last run lef
 SHORT_PATH_TASKS = {
     "Check that the Ansible version is supported",
     "Check that the group mpi_nodes has hosts",
-    "Check that every node has a unique name and address, and mpi_slots a positive integer",
+    "Check that every node has a unique name and address, and mpi_slots an integer in 1..4096",
     "Remember that the inventory was validated in this run",
     "Digest the inputs of this run",
     PROBE,

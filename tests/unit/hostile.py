@@ -53,7 +53,15 @@ _PATH_EVENTS = {  # audit event -> indexes of its path arguments that are writte
     "shutil.copyfile": (1,),
     "shutil.move": (1,),
 }
-_SPAWN_EVENTS = ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system")
+_SPAWN_EVENTS = (
+    "subprocess.Popen",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.system",
+    "os.fork",
+    "os.forkpty",
+)
 
 
 class _Audit:

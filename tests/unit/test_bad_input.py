@@ -285,6 +285,8 @@ def test_run_refuses_a_broken_state_dir_before_contact(
         (["--workdir", "", "--", "true"], "--workdir ''"),
         (["--max-workdir-size", "abc", "--", "true"], "--max-workdir-size applies to --workdir"),
         (["--max-workdir-size", "1G", "--", "true"], "--max-workdir-size applies to --workdir"),
+        (["--output-dir", "", "--", "true"], "--output-dir ''"),
+        (["--output-dir", " ", "--", "true"], "--output-dir ''"),
     ],
 )
 def test_workdir_options_without_a_workdir(hostile: Hostile, args: list[str], says: str) -> None:

@@ -323,3 +323,66 @@ def test_a_state_dir_under_a_regular_file_is_one_line(
         str(hostile.inventory),
         says=(f"locks: the state dir '{blocker}/state'", "is a file, not a directory"),
     )
+
+
+# --------------------------------------------------------------------------- review follow-ups
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # pinned host keys switched off: Ansible's -o StrictHostKeyChecking=no comes first
+        "ansible_host_key_checking=false",
+        "ansible_ssh_host_key_checking=false",
+        "ansible_paramiko_host_key_checking=false",
+        '{"ansible_paramiko_proxy_command": "touch /tmp/x"}',
+        "ansible_ssh_transfer_method=piped",
+        "ansible_pipelining=true",
+    ],
+)
+def test_extra_vars_set_only_the_connection_basics(hostile: Hostile, extra: str) -> None:
+    name = extra.split("=", 1)[0].strip('{"').split('"')[0]
+    hostile.refused(
+        "provision", "-i", str(hostile.inventory), "-e", extra, says=(f"-e: {name} cannot be set",)
+    )
+
+
+def test_extra_vars_may_set_where_and_as_whom_the_connection_goes() -> None:
+    from mpictl.inventory import check_extravars
+
+    allowed = {"ansible_user": "deploy", "ansible_port": 2222, "ansible_become": True, "x": 1}
+    assert check_extravars(allowed) == allowed
+
+
+def test_extra_vars_cannot_reach_ssh_through_an_inventory_template(hostile: Hostile) -> None:
+    inv = write(
+        hostile,
+        "all:\n  vars:\n    jump: bastion\n"
+        "    ansible_ssh_common_args: '-o ProxyJump={{ jump }}'\n"
+        "mpi_nodes:\n  hosts:\n"
+        "    node1: {ansible_host: 127.0.0.1, ansible_port: 1, mpi_slots: 1}\n"
+        "    node2: {ansible_host: 127.0.0.2, ansible_port: 1, mpi_slots: 1}\n",
+    )
+    evil = '{"jump": "bastion -oProxyCommand=touch /tmp/x"}'
+    hostile.refused(
+        "provision", "-i", str(inv), "-e", evil,
+        says=("ansible_ssh_common_args", "-e changes it through the inventory's template"),
+    )  # fmt: skip
+    # the template itself, and -e that leaves it alone, are fine
+    assert load_inventory(inv).head.ssh_common_args == "-o ProxyJump=bastion"
+    assert load_inventory(inv, extravars={"other": "x"}).head.ssh_common_args == (
+        "-o ProxyJump=bastion"
+    )
+
+
+def test_inventory_templates_see_groups_and_their_host(hostile: Hostile) -> None:
+    inv = write(
+        hostile,
+        "mpi_nodes:\n  vars:\n"
+        "    ansible_host: 127.0.0.1\n"
+        "    ansible_port: \"{{ 2200 + groups['mpi_nodes'].index(inventory_hostname) }}\"\n"
+        "    mpi_slots: 1\n"
+        "  hosts:\n    node1:\n    node2.example:\n"
+        '      mpi_address: "{{ inventory_hostname_short }}"\n',
+    )
+    cluster = load_inventory(inv)
+    assert [n.ssh_port for n in cluster.nodes] == [2200, 2201]
+    assert cluster.nodes[1].address == "node2"

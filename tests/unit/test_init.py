@@ -85,10 +85,10 @@ def test_names_are_distinct() -> None:
     [
         ({"head": "c"}, "--head 'c' is not one of the hosts (a, b)"),
         ({"head": "10.0.0.1"}, "--head '10.0.0.1' is not one of the hosts"),
-        ({"user": "bad user"}, "--user 'bad user': not a valid user name"),
-        ({"user": "-oProxyCommand=x"}, "not a valid user name"),
+        ({"user": "bad user"}, "--user 'bad user': not a login name"),
+        ({"user": "-oProxyCommand=x"}, "not a login name"),
         ({"slots": 0}, "--slots must be a positive integer, got 0"),
-        ({"ssh_key": "/nonexistent/key"}, "--ssh-key /nonexistent/key: no such file"),
+        ({"ssh_key": "/nonexistent/key"}, "--ssh-key '/nonexistent/key': no such file"),
         ({"ssh_options": ["novalue"]}, "--ssh-option 'novalue': expected KEY=VALUE"),
         ({"ssh_options": ["A=b\nc"]}, "expected KEY=VALUE"),
         ({"ssh_options": ["StrictHostKeyChecking=no"]}, "sets StrictHostKeyChecking itself"),

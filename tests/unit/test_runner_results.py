@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mpictl.runner import HostStats, RunResult, _stats, iter_task_results
 from mpictl.ui import failure_summary
 
@@ -118,3 +120,26 @@ def test_a_limit_keeps_the_controller_for_the_validation_plays() -> None:
     assert with_controller("node1:node2") == "node1:node2,localhost"
     assert with_controller("mpi_nodes,localhost") == "mpi_nodes,localhost"
     assert with_controller("all") == "all"
+
+
+def test_a_run_ansible_runner_cancelled_is_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ansible-runner answers Ctrl-C with its own handler and a "canceled" run: mpictl says so
+    # (exit 130), instead of "provision failed (rc=254)".
+    import types
+
+    import ansible_runner
+
+    from mpictl import runner
+    from mpictl.errors import Interrupted
+
+    def cancelled(**kwargs: object) -> object:
+        return types.SimpleNamespace(rc=254, status="canceled", stats={})
+
+    monkeypatch.setattr(ansible_runner, "run", cancelled)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("mpi_nodes:\n  hosts:\n    a:\n")
+    with pytest.raises(Interrupted, match=r"^site interrupted \(Ctrl-C or SIGTERM\)") as caught:
+        runner.run_playbook(Path("playbooks/site.yml"), inventory)
+    assert caught.value.exit_code == 130
