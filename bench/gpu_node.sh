@@ -137,6 +137,9 @@ all:
           ansible_host: 127.0.0.1
           ansible_python_interpreter: /usr/bin/python3
           mpi_address: 127.0.0.1
+          # in the inventory, not vars.yml: doctor, smoke and run read it there (they never
+          # see provision's -e)
+          horovod_python: "$PYTHON"
           ansible_ssh_common_args: >-
             -o UserKnownHostsFile=$OUT/known_hosts -o StrictHostKeyChecking=yes
 EOF
@@ -164,7 +167,6 @@ nccl_enabled: "true"
 nccl_cuda_home: "$CUDA_HOME"
 nccl_cuda_archs: []
 nccl_make_args: []
-horovod_python: "$PYTHON"
 horovod_gpu_operations: NCCL
 horovod_pip_download_args: ["--no-index", "--find-links", "$CARRY/node-wheels"]
 slurm_enabled: false

@@ -246,6 +246,20 @@ def preflight(
     return errors, skip
 
 
+def single_node_options(cluster: Cluster) -> dict[str, Any]:
+    """On a cluster of one node (the most common first cluster: one 8-GPU server) the tests
+    cannot cross nodes: they must span that node's ranks (``MPICTL_SMOKE_MIN_HOSTS=1``), at least
+    two of them. A cluster of several nodes keeps the rule that a test crosses nodes, so one whose
+    ranks all landed on one host still fails."""
+    if len(cluster.nodes) != 1:
+        return {}
+    slots = cluster.require_slots()[0][1]
+    extra: dict[str, Any] = {"env": ["MPICTL_SMOKE_MIN_HOSTS=1"]}
+    if slots < 2:
+        extra.update(np=2, oversubscribe=True)
+    return extra
+
+
 def run_smoke(
     cluster: Cluster,
     suite: str = "all",
@@ -270,6 +284,7 @@ def run_smoke(
         report.errors = errors
         return report
     names = sorted({n.name for n in cluster.nodes} | {n.address for n in cluster.nodes})
+    one_node = single_node_options(cluster)
     for name in suites:
         program, expected, _ = PROGRAMS[name]
         if name in skip:
@@ -289,7 +304,9 @@ def run_smoke(
                 )
             continue
         python = settings.horovod_interpreter if name == "horovod" else settings.venv_python
-        options = LaunchOptions(command=[python, "-u", settings.tool(program)], timeout=timeout)
+        options = LaunchOptions(
+            command=[python, "-u", settings.tool(program)], timeout=timeout, **one_node
+        )
         result, record = submit.submit(
             cluster,
             options,

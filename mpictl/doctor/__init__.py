@@ -45,6 +45,8 @@ def probe_spec(cluster: Cluster, settings: ClusterSettings) -> dict[str, Any]:
         "targets": {n.name: n.address for n in cluster.nodes},
         "hostfile": settings.hostfile,
         "venv_python": settings.venv_python,
+        # horovod_python: PyTorch and Horovod live in the user's environment, not the venv
+        "frameworks_python": settings.horovod_interpreter,
         "venv_program": programs.source(VENV_PROGRAM),
         "tools": [settings.torch_env, *(settings.tool(t) for t in TOOLS)],
     }

@@ -328,3 +328,74 @@ def test_cleanup_reports_found_and_left_in_time() -> None:
     )
     assert proc.stdout.split() == ["0", "0"]
     assert time.monotonic() - start < 10
+
+
+def test_doctor_probe_reads_torch_and_horovod_from_horovod_python(tmp_path: Path) -> None:
+    # horovod_python: PyTorch and Horovod live in the user's environment; the cluster venv has
+    # neither. The probe reports theirs (doctor said torch "not installed" before).
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(sys.executable)
+    user = tmp_path / "user-env"
+    for name, version in (("torch", "2.11.0+cu130"), ("horovod", "0.28.1")):
+        (user / name).mkdir(parents=True)
+        (user / name / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    user_python = tmp_path / "user-python"
+    user_python.write_text(f'#!/bin/sh\nPYTHONPATH={user} exec {sys.executable} "$@"\n')
+    user_python.chmod(0o755)
+    spec = {
+        "targets": {},
+        "hostfile": str(tmp_path / "none"),
+        "venv_python": str(venv_python),
+        "frameworks_python": str(user_python),
+        "venv_program": programs.source("venv_versions.py"),
+        "tools": [],
+    }
+    out = run_probe(spec, {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    assert out["versions"]["torch"] == "2.11.0+cu130"
+    assert out["versions"]["horovod"] == "0.28.1"
+
+
+FAKE_MPI4PY = """
+class _Comm:
+    def Get_rank(self): return 0
+    def Get_size(self): return 2
+    def Barrier(self): pass
+    def gather(self, item, root=0):  # two ranks on one host, both without errors
+        return [item, (1, item[1], [], item[3])]
+class MPI:
+    COMM_WORLD = _Comm()
+    @staticmethod
+    def Get_processor_name(): return "gpu01"
+    @staticmethod
+    def Wtime(): return 0.0
+"""
+
+
+@pytest.mark.parametrize(("min_hosts", "ok"), [(None, False), ("1", True), ("2", False)])
+def test_smoke_mpi_crosses_nodes_unless_the_cluster_is_one_node(
+    tmp_path: Path, min_hosts: str | None, ok: bool
+) -> None:
+    # Two ranks on one host: a failure on a cluster of several nodes (the test did not cross
+    # nodes), a pass on a one-node cluster (mpictl smoke sets MPICTL_SMOKE_MIN_HOSTS=1).
+    fake = tmp_path / "fake"
+    (fake / "mpi4py").mkdir(parents=True)
+    (fake / "mpi4py" / "__init__.py").write_text("from .MPI_ import MPI\n")
+    (fake / "mpi4py" / "MPI_.py").write_text(FAKE_MPI4PY)
+    (fake / "mpi4py" / "MPI.py").write_text("from .MPI_ import MPI as _M\nimport sys\n"
+                                            "sys.modules[__name__] = _M\n")  # fmt: skip
+    program = (
+        f"import runpy, sys; sys.argv = ['smoke_mpi.py']\n"
+        f"ns = runpy.run_path({str(SCRIPTS / 'smoke_mpi.py')!r}, run_name='smoke')\n"
+        "ns['run']('allreduce', lambda: [], ['gpu01', 'gpu01'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(fake)}
+    env.pop("MPICTL_SMOKE_MIN_HOSTS", None)
+    if min_hosts is not None:
+        env["MPICTL_SMOKE_MIN_HOSTS"] = min_hosts
+    proc = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert record["ok"] is ok and record["hosts"] == ["gpu01"]
+    if not ok:
+        assert record["failures"][-1]["error"].endswith("the test did not cross nodes")

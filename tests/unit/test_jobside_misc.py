@@ -574,3 +574,23 @@ def test_the_exit_handler_runs_the_sitecustomize_it_shadows(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     assert log.read_text() == "site\n"
     assert "mpictl-torch-site" in proc.stdout  # ours is the one Python imported
+
+
+def test_smoke_on_one_node_spans_its_ranks_and_on_more_crosses_nodes(tmp_path: Path) -> None:
+    from mpictl.inventory import load_inventory
+
+    def cluster(hosts: str) -> object:
+        inv = tmp_path / f"{abs(hash(hosts))}.yml"
+        inv.write_text(f"mpi_nodes:\n  hosts:\n{hosts}")
+        return load_inventory(inv)
+
+    eight_gpus = cluster("    gpu01: {mpi_slots: 8}\n")
+    assert smoke.single_node_options(eight_gpus) == {"env": ["MPICTL_SMOKE_MIN_HOSTS=1"]}
+    one_slot = cluster("    gpu01: {mpi_slots: 1}\n")
+    assert smoke.single_node_options(one_slot) == {
+        "env": ["MPICTL_SMOKE_MIN_HOSTS=1"],
+        "np": 2,
+        "oversubscribe": True,
+    }
+    two = cluster("    a: {mpi_slots: 4}\n    b: {mpi_slots: 4}\n")
+    assert smoke.single_node_options(two) == {}
