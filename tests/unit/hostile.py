@@ -278,3 +278,25 @@ def as_unprivileged(nodeid: str) -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr
+
+
+def watch_opens(monkeypatch: pytest.MonkeyPatch, forbidden: Path) -> list[str]:
+    """Record every path opened (``os.open``, ``io.open``, ``open``) from now on; opening
+    ``forbidden`` fails at once (a 200 GiB file must never be read)."""
+    import builtins
+    import io as io_module
+
+    opened: list[str] = []
+
+    def spy(real: Any) -> Any:
+        def open_(path: Any, *args: Any, **kwargs: Any) -> Any:
+            opened.append(os.fsdecode(path) if isinstance(path, (str, bytes, Path)) else "")
+            if opened[-1] == str(forbidden):
+                raise RuntimeError(f"{forbidden} was opened")
+            return real(path, *args, **kwargs)
+
+        return open_
+
+    for module, name in ((os, "open"), (io_module, "open"), (builtins, "open")):
+        monkeypatch.setattr(module, name, spy(getattr(module, name)))
+    return opened

@@ -11,8 +11,6 @@ being opened, and non-UTF-8 names are selected, not a crash.
 
 from __future__ import annotations
 
-import builtins
-import io
 import os
 import signal
 import time
@@ -22,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.hostile import Hostile, Outcome
+from tests.unit.hostile import Hostile, Outcome, watch_opens
 
 
 @pytest.fixture(autouse=True)
@@ -173,19 +171,7 @@ def test_the_size_cap_refuses_a_200_gib_sparse_file_without_opening_it(
     big.parent.mkdir()
     big.touch()
     os.truncate(big, 200 * 1024**3)  # costs no disk
-    opened: list[str] = []
-
-    def spy(real: Any) -> Any:
-        def open_(path: Any, *a: Any, **kw: Any) -> Any:
-            opened.append(os.fsdecode(path) if isinstance(path, (str, bytes, Path)) else "")
-            if opened[-1] == str(big):
-                raise RuntimeError("the big file was opened")  # fail fast, do not read 200 GiB
-            return real(path, *a, **kw)
-
-        return open_
-
-    for module, name in ((os, "open"), (io, "open"), (builtins, "open")):
-        monkeypatch.setattr(module, name, spy(getattr(module, name)))
+    opened = watch_opens(monkeypatch, big)
     started = time.monotonic()
     run(hostile, root, "--max-workdir-size", "1M", says=("at least 200.0 GiB", "1.0 MiB cap"))
     assert time.monotonic() - started < 30  # generous: it reads no content at all

@@ -5,18 +5,16 @@ path. A wrong answer here sends secrets or a whole dataset, or misses the code t
 
 from __future__ import annotations
 
-import builtins
 import hashlib
-import io
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mpictl import workdir
 from mpictl.errors import UsageError
 from mpictl.inputs import quoted
+from tests.unit.hostile import watch_opens
 
 
 def write(root: Path, rel: str, text: str = "x", mode: int | None = None) -> Path:
@@ -428,19 +426,7 @@ def test_the_cap_is_checked_from_sizes_before_any_file_is_read(
     big.parent.mkdir()
     os.truncate(write(root, "data/huge.bin", ""), 200 * 1024**3)  # sparse: no disk
     write(root, "zz/after.py")
-    opened: list[str] = []
-
-    def spy(real: Any) -> Any:
-        def open_(path: Any, *a: Any, **kw: Any) -> Any:
-            opened.append(os.fsdecode(path) if isinstance(path, (str, bytes, Path)) else "")
-            if opened[-1] == str(big):
-                raise RuntimeError("the big file was opened")  # fail fast, do not read 200 GiB
-            return real(path, *a, **kw)
-
-        return open_
-
-    for module, name in ((os, "open"), (io, "open"), (builtins, "open")):
-        monkeypatch.setattr(module, name, spy(getattr(module, name)))
+    opened = watch_opens(monkeypatch, big)
     message = usage_error(root, max_bytes=1024**2)
     assert message.startswith(f"--workdir {root}: at least 200.0 GiB to send, over the 1.0 MiB cap")
     assert opened == []  # not even a.py: hashing starts after the walk
