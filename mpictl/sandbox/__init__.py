@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,7 +198,7 @@ def plan(
     spec: SandboxSpec,
     found: Mapping[str, Mapping[str, Any]],
     runtime: Runtime,
-    image: str,
+    image: str | Callable[[str], str],
     cuda: Path | None = None,
     host_cuda: Path | None = None,
 ) -> list[tuple[SandboxNode, str, list[str]]]:
@@ -211,10 +211,11 @@ def plan(
     """
     steps = []
     for node in spec.nodes:
-        run_args = node_run_args(spec, node, runtime, image, cuda)
+        own = image(node.os) if callable(image) else image
+        run_args = node_run_args(spec, node, runtime, own, cuda)
         accepted = {config_label(run_args)}
         if cuda is None and host_cuda is not None:
-            accepted.add(config_label(node_run_args(spec, node, runtime, image, host_cuda)))
+            accepted.add(config_label(node_run_args(spec, node, runtime, own, host_cuda)))
         entry = found.get(spec.container(node))
         if entry is None:
             action = "created"
@@ -239,9 +240,12 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
     runtime = choose_runtime()
     found = podman.containers(spec.name)
     host_cuda = CUDA_PATH if CUDA_PATH.is_dir() else None
-    steps = plan(spec, found, runtime, image_tag(), cuda_path, host_cuda)
-    if any(action in ("created", "recreated") for _, action, _ in steps):
-        ensure_image()  # only when a container is to be made: running nodes keep their image
+    steps = plan(
+        spec, found, runtime, lambda release: image_tag(release=release), cuda_path, host_cuda
+    )
+    # only the images of containers to be made: running nodes keep theirs
+    for release in sorted({n.os for n, action, _ in steps if action in ("created", "recreated")}):
+        ensure_image(release=release)
     podman.ensure_network(spec)
     key = ensure_key(spec)
     pubkey = key.with_suffix(".pub").read_text()

@@ -16,6 +16,7 @@ from mpictl.errors import SandboxError
 from mpictl.sandbox import podman
 from mpictl.sandbox.host import debian_mirror
 from mpictl.sandbox.podman import last_line
+from mpictl.sandbox.spec import DEFAULT_OS
 
 #: ``mpictl/data/sandbox/``: this file is ``mpictl/sandbox/image.py``.
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "data" / "sandbox"
@@ -35,9 +36,11 @@ def recipe_hash(recipe_dir: Path = RECIPE_DIR) -> str:
     return digest.hexdigest()[:12]
 
 
-def image_tag(recipe_dir: Path = RECIPE_DIR) -> str:
-    """The node image tag for the recipe in ``recipe_dir``."""
-    return f"{IMAGE_REPO}:{recipe_hash(recipe_dir)}"
+def image_tag(recipe_dir: Path = RECIPE_DIR, release: str = DEFAULT_OS) -> str:
+    """The node image tag for the recipe in ``recipe_dir`` and a Debian release (bookworm's tag
+    is the recipe's hash alone, another release's is prefixed with its name)."""
+    prefix = "" if release == DEFAULT_OS else f"{release}-"
+    return f"{IMAGE_REPO}:{prefix}{recipe_hash(recipe_dir)}"
 
 
 def image_exists(tag: str) -> bool:
@@ -45,9 +48,9 @@ def image_exists(tag: str) -> bool:
     return podman.run(["image", "exists", tag], check=False).returncode == 0
 
 
-def ensure_image(recipe_dir: Path = RECIPE_DIR) -> tuple[str, bool]:
-    """Build the node image unless its tag exists; returns (tag, built)."""
-    tag = image_tag(recipe_dir)
+def ensure_image(recipe_dir: Path = RECIPE_DIR, release: str = DEFAULT_OS) -> tuple[str, bool]:
+    """Build the node image of a Debian release unless its tag exists; returns (tag, built)."""
+    tag = image_tag(recipe_dir, release)
     if image_exists(tag):
         return tag, False
     lock_path = Path(tempfile.gettempdir()) / f"mpictl-node-image-{tag.rsplit(':', 1)[1]}.lock"
@@ -64,11 +67,11 @@ def ensure_image(recipe_dir: Path = RECIPE_DIR) -> tuple[str, bool]:
             # build from a snapshot of the recipe so the tag matches exactly what was built
             work = Path(tmp) / "recipe"
             shutil.copytree(recipe_dir, work)
-            if image_tag(work) != tag:
+            if image_tag(work, release) != tag:
                 raise SandboxError("the sandbox image recipe changed while building; run up again")
             try:
                 proc = subprocess.run(
-                    ["sh", str(work / "build.sh"), tag, mirror],
+                    ["sh", str(work / "build.sh"), tag, mirror, release],
                     capture_output=True,
                     text=True,
                     timeout=BUILD_TIMEOUT_S,

@@ -19,7 +19,7 @@ from typing import Any
 
 from mpictl.errors import SandboxError
 from mpictl.sandbox.host import Runtime
-from mpictl.sandbox.spec import SandboxNode, SandboxSpec
+from mpictl.sandbox.spec import DEFAULT_OS, SandboxNode, SandboxSpec
 
 LABEL_SANDBOX = "io.mpictl.sandbox"
 LABEL_NODE = "io.mpictl.node"
@@ -84,7 +84,10 @@ def node_run_args(
             options += ["-v", f"{real}:{real}:ro"]
     # The config label covers what the inventory and --cuda decide, not the image: a newer image
     # recipe is used by nodes created from then on, running nodes are left alone.
-    config = hashlib.sha256("\0".join(options).encode()).hexdigest()[:16]
+    # A node's Debian release is part of its configuration (another release: another node); the
+    # default release adds nothing, so the labels of existing bookworm nodes stay as they were.
+    labelled = options if node.os == DEFAULT_OS else [*options, f"os={node.os}"]
+    config = hashlib.sha256("\0".join(labelled).encode()).hexdigest()[:16]
     # A fixed MAC per address (derived from it, so not part of the label): a recreated node
     # answers at once instead of after the host's stale neighbour (ARP) entry for its address
     # expires (~30 s of connect timeouts).

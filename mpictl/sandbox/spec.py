@@ -1,11 +1,11 @@
 """What an inventory says about its sandbox: :class:`SandboxSpec` and how it is read.
 
 The sandbox variables (``sandbox_name``, ``sandbox_subnet``, and per host of ``mpi_nodes`` an
-``ansible_port`` and a ``sandbox_ip``) are read raw through Ansible's inventory API, without
-templating, so they must be literal values; :func:`spec_from_vars` validates them whole (a value
-with a final newline is refused, not cut) before any of them reaches podman.
-:meth:`SandboxSpec.lock_keys` names what ``up`` and ``down`` lock: the sandbox and its nodes
-as ``provision`` keys them (``127.0.0.1:<port>``).
+``ansible_port``, a ``sandbox_ip`` and optionally a ``sandbox_os``) are read raw through
+Ansible's inventory API, without templating, so they must be literal values;
+:func:`spec_from_vars` validates them whole (a value with a final newline is refused, not cut)
+before any of them reaches podman. :meth:`SandboxSpec.lock_keys` names what ``up`` and ``down``
+lock: the sandbox and its nodes as ``provision`` keys them (``127.0.0.1:<port>``).
 """
 
 from __future__ import annotations
@@ -27,11 +27,19 @@ _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,40}")
 PUBLISHED_ON = "127.0.0.1"
 
 
+#: The Debian releases a sandbox node can run (``sandbox_os``, per host or group): bookworm
+#: (Debian 12, the default) and trixie (Debian 13: GCC 14 and Python 3.13, the toolchain
+#: generation of Ubuntu 24.04, whose archive this project's machines cannot reach).
+SANDBOX_OSES = ("bookworm", "trixie")
+DEFAULT_OS = "bookworm"
+
+
 @dataclass(frozen=True)
 class SandboxNode:
     name: str
     ssh_port: int
     ip: str
+    os: str = DEFAULT_OS
 
 
 @dataclass(frozen=True)
@@ -159,9 +167,15 @@ def spec_from_vars(
             )
         if str(ip) in ips:
             raise InventoryError(f"{where}: sandbox_ip {ip} is also used by {ips[str(ip)]}")
+        os_raw = _literal(hv.get("sandbox_os", DEFAULT_OS), where=where, var="sandbox_os")
+        if os_raw not in SANDBOX_OSES:
+            raise InventoryError(
+                f"{where}: sandbox_os must be one of {', '.join(SANDBOX_OSES)} "
+                f"(got {quoted(os_raw)})"
+            )
         ports[port] = host
         ips[str(ip)] = host
-        nodes.append(SandboxNode(name=host, ssh_port=port, ip=str(ip)))
+        nodes.append(SandboxNode(name=host, ssh_port=port, ip=str(ip), os=str(os_raw)))
     return SandboxSpec(name=name, subnet=str(subnet), nodes=tuple(nodes))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -392,3 +394,45 @@ def test_clone_inventory_with_a_node_count(tmp_path: Path) -> None:
     assert spec.nodes[-1].ip == "10.89.50.16" and spec.name == "mpictl-six"
     with pytest.raises(SandboxError, match="1..200 nodes"):
         sandbox.clone_inventory(tmp_path / "none", "x", "10.89.51.0/24", 2300, count=0)
+
+
+# ---- sandbox_os: Debian 13 nodes beside Debian 12 ones ---------------------------------------
+
+
+def test_sandbox_os_per_host_default_bookworm(tmp_path: Path) -> None:
+    hosts = HOSTS.replace(
+        "b: {ansible_port: 2302, sandbox_ip: 10.90.0.12}",
+        "b: {ansible_port: 2302, sandbox_ip: 10.90.0.12, sandbox_os: trixie}",
+    )
+    spec = sandbox.read_sandbox(write_inventory(tmp_path, hosts))
+    assert [(n.name, n.os) for n in spec.nodes] == [
+        ("a", "bookworm"),
+        ("b", "trixie"),
+        ("c", "bookworm"),
+    ]
+
+
+@pytest.mark.parametrize("value", ["sid", "trixie\n", "Trixie", "{{ os }}", "12"])
+def test_sandbox_os_must_be_a_known_release(tmp_path: Path, value: str) -> None:
+    hosts = HOSTS.replace(
+        "a: {ansible_port: 2301, sandbox_ip: 10.90.0.11}",
+        f"a: {{ansible_port: 2301, sandbox_ip: 10.90.0.11, sandbox_os: {json.dumps(value)}}}",
+    )
+    with pytest.raises(InventoryError, match="sandbox_os"):
+        sandbox.read_sandbox(write_inventory(tmp_path, hosts))
+
+
+def test_each_release_has_its_image_and_a_node_changing_release_is_recreated() -> None:
+    recipe = sandbox.RECIPE_DIR
+    bookworm, trixie = sandbox.image_tag(recipe), sandbox.image_tag(recipe, "trixie")
+    assert bookworm == f"localhost/mpictl-node:{sandbox.recipe_hash(recipe)}"  # as before
+    assert trixie == f"localhost/mpictl-node:trixie-{sandbox.recipe_hash(recipe)}"
+    runtime = Runtime("runc")
+    node = SPEC.nodes[0]
+    moved = dataclasses.replace(node, os="trixie")
+    old = sandbox.config_label(sandbox.node_run_args(SPEC, node, runtime, bookworm))
+    found = {"unit-sbx-a": {"State": "running", "Labels": {"io.mpictl.config": old}}}
+    spec = dataclasses.replace(SPEC, nodes=(moved, *SPEC.nodes[1:]))
+    steps = sandbox.plan(spec, found, runtime, lambda release: f"img:{release}")
+    assert steps[0][1] == "recreated" and steps[0][2][-1] == "img:trixie"
+    assert [s[2][-1] for s in steps[1:]] == ["img:bookworm", "img:bookworm"]

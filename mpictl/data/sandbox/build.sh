@@ -1,19 +1,21 @@
 #!/bin/sh
-# Build the mpictl sandbox node image without any registry: debootstrap Debian bookworm
-# (minbase + ./packages) into a temporary root, add the node's sshd and systemd configuration,
-# and `podman import` it under TAG. Needs root (debootstrap). Usage: build.sh TAG MIRROR_URI
-# `mpictl sandbox up` computes TAG from the content of this directory and passes the Debian
-# mirror it found in the host's apt configuration.
+# Build the mpictl sandbox node image without any registry: debootstrap Debian (bookworm, or the
+# RELEASE given: trixie) (minbase + ./packages) into a temporary root, add the node's sshd and
+# systemd configuration, and `podman import` it under TAG. Needs root (debootstrap).
+# Usage: build.sh TAG MIRROR_URI [RELEASE]
+# `mpictl sandbox up` computes TAG from the content of this directory and the release, and passes
+# the Debian mirror it found in the host's apt configuration.
 set -eu
 tag=$1
 mirror=$2
+release=${3:-bookworm}
 here=$(cd "$(dirname "$0")" && pwd)
 include=$(grep -v '^#' "$here/packages" | grep -v '^ *$' | paste -sd, -)
 
 root=$(mktemp -d "${TMPDIR:-/var/tmp}/mpictl-node-rootfs.XXXXXX")
 trap 'rm -rf "$root"' EXIT INT TERM
 
-debootstrap --variant=minbase --components=main --include="$include" bookworm "$root" "$mirror"
+debootstrap --variant=minbase --components=main --include="$include" "$release" "$root" "$mirror"
 
 install -m 0644 "$here/sshd_config" "$root/etc/ssh/sshd_config.d/mpictl.conf"
 # systemd is PID 1, as on a real machine: sshd is its ssh.service, after a oneshot unit that
