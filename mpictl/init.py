@@ -85,12 +85,11 @@ def parse_host_spec(text: str) -> HostSpec:
         raise UsageError(f"host {text!r}: {host!r}: {NOT_A_HOST} ({SPEC_SYNTAX})")
     port = None
     if port_text is not None:
-        try:
-            port = inputs.port("port", port_text)
-        except UsageError:
+        port = inputs.number(port_text)
+        if port is None or not 1 <= port <= 65535:
             raise UsageError(
                 f"host {quoted(text)}: port {quoted(port_text)} is not a number in 1..65535"
-            ) from None
+            )
     name = name if sep else host
     if host_problem(name):
         why = NOT_AN_ADDRESS

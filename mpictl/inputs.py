@@ -115,7 +115,3 @@ def interface_name(what: str, name: Any) -> str:
             "'_', '.', '-', '@')"
         )
     return str(name)
-
-
-def port(what: str, value: Any) -> int:
-    return integer(what, value, minimum=1, maximum=65535)
