@@ -153,14 +153,21 @@ def ensure_dir(path: Path, what: str) -> Path:
     return path
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path`` itself when it exists (a dangling link counts), else its nearest ancestor that
+    does: where a directory to be created would go."""
+    probe = Path(os.path.abspath(path))
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
 def check_dir(path: Path, what: str) -> Path:
     """:func:`ensure_dir` without creating anything: ``path`` is a directory this process can
     write in, or can be created (its nearest existing ancestor is one). For a check before
     anything is written, as ``run`` makes before it contacts the head."""
     path = Path(path)
-    probe = path
-    while not os.path.lexists(probe) and probe != probe.parent:
-        probe = probe.parent
+    probe = nearest_existing(path)
     if not probe.is_dir():
         raise unusable(path, what)
     if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):

@@ -198,7 +198,7 @@ def _refuse_state_in(selection: workdir.Selection) -> None:
     root = selection.root
     if state != root and root not in state.parents:
         return
-    inside = os.fsdecode(state.relative_to(root).as_posix()) if state != root else ""
+    inside = state.relative_to(root).as_posix() if state != root else ""
     chosen = [os.fsdecode(f) for f in (*selection.files, *selection.links)]
     if any(not inside or f == inside or f.startswith(inside + "/") for f in chosen):
         raise UsageError(
@@ -212,9 +212,7 @@ def check_output_dir(path: Path) -> None:
     """``--output-dir`` before anything starts: a directory mpictl can write in, or a new path
     whose nearest existing ancestor is one (it is created when the job starts)."""
     where = f"--output-dir {inputs.shown(str(path), limit=1000)}"
-    probe = Path(os.path.abspath(path))
-    while not os.path.lexists(probe):
-        probe = probe.parent
+    probe = paths.nearest_existing(path)
     if not probe.is_dir():
         raise UsageError(f"{where}: {inputs.shown(str(probe), limit=1000)} is not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
