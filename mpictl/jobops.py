@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mpictl import detached, inputs, jobs, ranks, remote, slurm
+from mpictl import detached, jobs, ranks, remote, slurm
 from mpictl.errors import JobError
 from mpictl.executor import CleanupReport
 from mpictl.inventory import load_inventory
@@ -93,8 +93,6 @@ def _settle_group(head: remote.HeadSSH, group: list[jobs.JobRecord]) -> dict[str
 def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Printer) -> int | None:
     """Print a job's output (``rank``: that rank's only); with ``follow``, until the job ends.
     The job's exit code when it has ended, else None."""
-    if rank is not None:
-        inputs.integer("--rank", rank, minimum=0)  # before the id is looked up
     record = jobs.load(job_id)
     launcher = _launcher(record)
     if rank is not None:
