@@ -133,7 +133,7 @@ class _Rules:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise UsageError(f"--workdir: cannot read {shown(path)}: {exc.strerror}") from None
+            raise _cannot_read(path, exc) from None
         if not stat.S_ISREG(info.st_mode):  # a link, a FIFO, a directory: not read
             return
         if info.st_size > MAX_IGNORE_FILE:
@@ -144,7 +144,7 @@ class _Rules:
         try:
             data = _read(path, MAX_IGNORE_FILE)
         except OSError as exc:
-            raise UsageError(f"--workdir: cannot read {shown(path)}: {exc.strerror}") from None
+            raise _cannot_read(path, exc) from None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -242,6 +242,11 @@ def _home() -> Path | None:
     return None if home == Path(home.anchor) else home
 
 
+def _cannot_read(path: Any, exc: OSError) -> UsageError:
+    """The one line for a file or directory of the tree that cannot be read."""
+    return UsageError(f"--workdir: cannot read {shown(path)}: {exc.strerror}")
+
+
 def _too_large(directory: str | Path, size: int, max_bytes: int) -> UsageError:
     return UsageError(
         f"--workdir {shown(os.fspath(directory))}: at least {human_size(size)} to send, over the "
@@ -298,7 +303,7 @@ def _walk(sel: Selection, rules: _Rules) -> Iterator[tuple[str, str, Any]]:
     root = sel.root
 
     def on_error(exc: OSError) -> None:
-        raise UsageError(f"--workdir: cannot read {shown(exc.filename)}: {exc.strerror}")
+        raise _cannot_read(exc.filename, exc)
 
     for current, dirnames, filenames in os.walk(root, onerror=on_error):
         base = Path(current)
@@ -328,7 +333,7 @@ def _entry(sel: Selection, rules: _Rules, path: Path, rel: str) -> tuple[str, st
         info = os.lstat(path)
         target = os.readlink(path) if stat.S_ISLNK(info.st_mode) else ""
     except OSError as exc:
-        raise UsageError(f"--workdir: cannot read {shown(path)}: {exc.strerror}") from None
+        raise _cannot_read(path, exc) from None
     if stat.S_ISLNK(info.st_mode):
         if rules.ignored(rel, is_dir=False):
             sel.ignored.append(rel)
@@ -352,7 +357,7 @@ def _hash(path: Path, info: os.stat_result) -> tuple[str, int]:
     try:
         fd = os.open(path, _READ)
     except OSError as exc:
-        raise UsageError(f"--workdir: cannot read {shown(path)}: {exc.strerror}") from None
+        raise _cannot_read(path, exc) from None
     content, read = hashlib.sha256(), 0
     try:
         now = os.fstat(fd)
@@ -362,7 +367,7 @@ def _hash(path: Path, info: os.stat_result) -> tuple[str, int]:
             content.update(chunk)
             read += len(chunk)
     except OSError as exc:
-        raise UsageError(f"--workdir: cannot read {shown(path)}: {exc.strerror}") from None
+        raise _cannot_read(path, exc) from None
     finally:
         os.close(fd)
     return content.hexdigest(), read
