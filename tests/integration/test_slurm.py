@@ -72,19 +72,33 @@ def test_mpicc_links_against_openmpis_pmix_beside_the_system_one(cluster: Cluste
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+# OpenMPI 5.0.7's mpirun, with stdin at /dev/null as in every batch job, may push the EOF to
+# rank 0 before it knows which daemon hosts that rank: PRRTE then logs this line (iof_hnp.c,
+# push_stdin) and the job runs on unharmed. Seen once in CI; `mpirun --stdin none` avoids it.
+_PRRTE_STDIN_RACE = re.compile(
+    r"^\[[^\]]+\] PRTE ERROR: A message is attempting to be sent to a process whose contact"
+    r" information is unknown in file iof_hnp\.c at line \d+$"
+)
+
+
 def test_mpirun_inside_an_allocation_uses_it_without_a_hostfile(cluster: Cluster) -> None:
     # sbatch --wait returns when the job ended; its output is on the batch host (the
-    # allocation's first node), read over the cluster's SSH mesh
+    # allocation's first node), read over the cluster's SSH mesh. The ranks' stdout and
+    # mpirun's stderr go to separate files: the hostnames are the ranks' answer.
     proc = ssh_mpi(
         cluster.head,
         "printf '%s\\n' '#!/bin/bash' 'mpirun --mca pml ob1 hostname' > $HOME/alloc.sbatch && "
-        "sbatch --wait -N3 --ntasks-per-node=1 --output=$HOME/alloc.out $HOME/alloc.sbatch "
-        ">/dev/null && ssh -o BatchMode=yes "
-        "$(scontrol show hostnames $(sinfo -h -o %N) | head -n1) cat alloc.out",
+        "sbatch --wait -N3 --ntasks-per-node=1 --output=$HOME/alloc.out --error=$HOME/alloc.err"
+        " $HOME/alloc.sbatch >/dev/null && ssh -o BatchMode=yes "
+        "$(scontrol show hostnames $(sinfo -h -o %N) | head -n1) "
+        "'cat alloc.out; echo ---stderr---; cat alloc.err'",
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(set(proc.stdout.split())) == sorted(cluster.names), proc.stdout
+    out, _, err = proc.stdout.partition("---stderr---\n")
+    assert sorted(set(out.split())) == sorted(cluster.names), proc.stdout
+    unexpected = [line for line in err.splitlines() if line and not _PRRTE_STDIN_RACE.match(line)]
+    assert not unexpected, err
 
 
 def test_smoke_through_slurm_passes_with_ranks_on_three_nodes(cluster: Cluster) -> None:
