@@ -45,12 +45,15 @@ def write(name: str, result: dict[str, Any]) -> None:
     print(json.dumps(result, indent=2))
 
 
-def task_seconds(events: list[dict[str, Any]], task: str) -> dict[str, float]:
-    """host -> seconds of ``task`` in a run's events (only hosts where it ran)."""
+def task_seconds(
+    events: list[dict[str, Any]], task: str, outcome: str = "runner_on_ok"
+) -> dict[str, float]:
+    """host -> seconds of ``task`` in a run's events, on the hosts where it ended with
+    ``outcome`` (runner_on_ok; runner_on_failed for a compile that failed)."""
     out = {}
     for event in events:
         data = event.get("event_data", {})
-        if event.get("event") != "runner_on_ok" or not str(data.get("task", "")).endswith(task):
+        if event.get("event") != outcome or not str(data.get("task", "")).endswith(task):
             continue
         start, end = data.get("start"), data.get("end")
         if start and end:
@@ -63,12 +66,25 @@ def from_run(run_dir: Path) -> None:
     from bench.openmpi_build_once import load_run  # refuses a run that has not finished
 
     _, events, _ = load_run(run_dir)
+    write("build_times_from_run", {"source": str(run_dir.name)} | compile_times(events))
+
+
+def compile_times(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"seconds": {component: {host: s} or why none}, "failed": {component: {host: s}}}."""
     tasks = {c: f"Compile {c} on the builder node" for c in COMPONENTS} | EXTRA_TASKS
-    result: dict[str, Any] = {"source": str(run_dir.name), "seconds": {}}
+    result: dict[str, Any] = {"seconds": {}}
     for label, task in tasks.items():
         per_host = task_seconds(events, task)
-        result["seconds"][label] = per_host or "not compiled in this run (cached or skipped)"
-    write("build_times_from_run", result)
+        failed = task_seconds(events, task, "runner_on_failed")
+        if failed:
+            # seconds until the compile failed, per host: never a build time
+            result.setdefault("failed", {})[label] = failed
+        result["seconds"][label] = per_host or (
+            "FAILED in this run (see 'failed')"
+            if failed
+            else "not compiled in this run (cached or skipped)"
+        )
+    return result
 
 
 def nccl_build(only_funcs: str | None, arch: str, jobs: int) -> None:

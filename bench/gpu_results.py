@@ -1,0 +1,102 @@
+"""The figures of a bench/gpu_node.sh run, read from its step logs (results.txt, results.json).
+
+python bench/gpu_results.py OUT_DIR
+
+The logs are `mpictl run` output: every line a rank printed carries OpenMPI's tag
+(``[1,0]<stdout>: ``), which is removed before anything is matched, so nccl-tests' table and its
+``Avg bus bandwidth`` line are found as they were printed. Kept: the JSON lines of
+``torch-nccl.log`` (``"check"``) and ``horovod-gpu.log`` (``"allreduce"``), the last three rows of
+``all-reduce-perf.log``'s table and its average bus bandwidth.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>: ?")
+# nccl-tests: size count type redop root time algbw busbw #wrong (out-of-place, then in-place)
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s")
+AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
+
+
+def untagged(path: Path) -> list[str]:
+    """The lines of a step log without mpirun's rank tags ([] when the step left no log)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [TAG.sub("", line) for line in text.splitlines()]
+
+
+def json_lines(lines: list[str], key: str) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        start = line.find("{")
+        if start < 0 or f'"{key}"' not in line:
+            continue
+        try:
+            out.append(json.loads(line[start:]))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def nccl_tests(lines: list[str]) -> dict[str, Any]:
+    rows = []
+    avg = None
+    for line in lines:
+        if m := ROW.match(line):
+            size, count, dtype, redop, _root, time_us, algbw, busbw = m.groups()
+            rows.append(
+                {
+                    "bytes": int(size),
+                    "count": int(count),
+                    "type": dtype,
+                    "redop": redop,
+                    "time_us": float(time_us),
+                    "algbw_GBps": float(algbw),
+                    "busbw_GBps": float(busbw),
+                    "line": line.strip(),
+                }
+            )
+        elif m := AVG.match(line):
+            avg = float(m.group(1))
+    return {"rows": rows, "avg_busbw_GBps": avg}
+
+
+def collect(out: Path) -> dict[str, Any]:
+    return {
+        "torch_nccl": json_lines(untagged(out / "torch-nccl.log"), "check"),
+        "horovod_gpu": json_lines(untagged(out / "horovod-gpu.log"), "allreduce"),
+        "all_reduce_perf": nccl_tests(untagged(out / "all-reduce-perf.log")),
+    }
+
+
+def text(results: dict[str, Any]) -> str:
+    lines = [json.dumps(r) for r in results["torch_nccl"] + results["horovod_gpu"]]
+    perf = results["all_reduce_perf"]
+    lines += [row["line"] for row in perf["rows"][-3:]]
+    if perf["avg_busbw_GBps"] is not None:
+        lines.append(f"# Avg bus bandwidth    : {perf['avg_busbw_GBps']}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not Path(argv[0]).is_dir():
+        print(
+            "usage: gpu_results.py OUT_DIR (a bench/gpu_node.sh output directory)", file=sys.stderr
+        )
+        return 2
+    out = Path(argv[0])
+    results = collect(out)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "results.txt").write_text(text(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
