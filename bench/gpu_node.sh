@@ -27,11 +27,15 @@
 #                  (numpy cffi cloudpickle psutil pyyaml packaging setuptools wheel); --bundle
 #                  fetches them for PYVER (default: 3.10 3.11 3.12 3.13)
 #   sources/       openmpi_*.orig.tar.xz, nvidia-nccl_*.orig.tar.gz, mpi4py-*.tar.gz,
-#                  horovod-*.tar.gz (scripts/fetch-test-sources.sh puts them in the cache)
+#                  cython-*-py3-none-any.whl (mpi4py 4.x builds with it), horovod-*.tar.gz
+#                  (scripts/fetch-test-sources.sh puts them in the cache)
 #   nccl-tests.tar.gz  (optional) NVIDIA/nccl-tests source
 #   debs/*.deb     (optional) OS packages the machine lacks (the roles install missing ones
-#                  with apt, which needs a mirror): build-essential cmake patch python3-dev
-#                  python3-venv perl bzip2 xz-utils iperf3 rsync openssh-server sudo
+#                  with apt, which needs a mirror): e.g. openssh-server, openssh-client,
+#                  openssh-sftp-server, rsync, iperf3, sudo. They are unpacked, not installed:
+#                  `dpkg-deb --fsys-tarfile | tar -x --keep-directory-symlink -C /` (never
+#                  `dpkg -x DEB /`, which replaces the /lib link of a merged-/usr system and
+#                  breaks the linker); bench/start_sshd.sh then does what their scripts would.
 # Needs: nvidia-smi, nvcc (CUDA_HOME, default /usr/local/cuda), python3 with a CUDA torch
 # (PYTHON, default the python3 on PATH), sshd listening on 127.0.0.1:22 (jobs log in to the
 # head over SSH as the MPI user).
@@ -56,7 +60,7 @@ bundle() {
   done
   local sources
   sources=$(bash "$ROOT/scripts/fetch-test-sources.sh" | tail -n 1) || die "fetch-test-sources failed"
-  cp "$(dirname "$sources")"/{openmpi_,nvidia-nccl_,mpi4py-,horovod-}* "$carry/sources/" 2>/dev/null
+  cp "$(dirname "$sources")"/{openmpi_,nvidia-nccl_,mpi4py-,cython-,horovod-}* "$carry/sources/" 2>/dev/null
   ls "$carry/sources"
   echo "bundle ready: $carry (add nccl-tests.tar.gz and debs/ if wanted)"
 }
@@ -108,9 +112,16 @@ machine() {
 step machine machine || die "this machine lacks nvidia-smi, nvcc at $CUDA_HOME or a CUDA torch in $PYTHON (see $OUT/machine.log)"
 
 if compgen -G "$CARRY/debs/*.deb" >/dev/null; then
-  step debs dpkg -i "$CARRY"/debs/*.deb
+  unpack_debs() {
+    local deb
+    for deb in "$CARRY"/debs/*.deb; do
+      echo "unpacking $deb"
+      dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink -C / || return 1
+    done
+  }
+  step debs unpack_debs
 fi
-step sshd sh -c 'ss -ltn | grep -q "127.0.0.1:22 \|0.0.0.0:22 \|\*:22 \|\[::\]:22 " || service ssh start || /usr/sbin/sshd'
+step sshd sh "$ROOT/bench/start_sshd.sh"
 
 # mpictl itself, offline, in its own venv.
 step mpictl-venv sh -c "python3 -m venv '$OUT/venv' && '$OUT/venv/bin/pip' install --quiet --no-index --find-links '$CARRY/wheels' mpictl" ||
@@ -120,6 +131,7 @@ MPICTL=$OUT/venv/bin/mpictl
 openmpi=$(file_of 'openmpi_*.orig.tar.*')
 nccl=$(file_of 'nvidia-nccl_*.orig.tar.gz')
 mpi4py=$(file_of 'mpi4py-*.tar.gz')
+cython=$(file_of 'cython-*-py3-none-any.whl')
 horovod=$(file_of 'horovod-*.tar.gz')
 for f in "$openmpi" "$nccl" "$mpi4py" "$horovod"; do
   [ -n "$f" ] || die "a source tarball is missing from $CARRY/sources (run --bundle)"
@@ -155,6 +167,15 @@ openmpi_source_sha256: "$(sha_of "$openmpi")"
 mpi4py_version: "$(version_of "$mpi4py" mpi4py-)"
 mpi4py_source_local: "$mpi4py"
 mpi4py_source_sha256: "$(sha_of "$mpi4py")"
+EOF
+if [ -n "$cython" ]; then
+  cat >>"$OUT/vars.yml" <<EOF
+mpi4py_cython_version: "$(version_of "$cython" cython-)"
+mpi4py_cython_local: "$cython"
+mpi4py_cython_sha256: "$(sha_of "$cython")"
+EOF
+fi
+cat >>"$OUT/vars.yml" <<EOF
 nccl_version: "$(version_of "$nccl" nvidia-nccl_)"
 nccl_source_local: "$nccl"
 nccl_source_sha256: "$(sha_of "$nccl")"
@@ -266,12 +287,8 @@ if [ -f "$CARRY/nccl-tests.tar.gz" ]; then
   step all-reduce-perf "$MPICTL" run "${INV[@]}" -np 1 -- "$OUT/nccl-tests/build/all_reduce_perf" -b 8 -e 4G -f 2 -g 1
 fi
 
-{
-  echo "steps: $SUMMARY"
-  grep -h '"check"' "$OUT/torch-nccl.log" 2>/dev/null | sed 's/^[^{]*//'
-  grep -h '"allreduce"' "$OUT/horovod-gpu.log" 2>/dev/null | sed 's/^[^{]*//'
-  grep -E '^ +[0-9]+ +[0-9]+ +float' "$OUT/all-reduce-perf.log" 2>/dev/null | tail -n 3
-  grep -h 'Avg bus bandwidth' "$OUT/all-reduce-perf.log" 2>/dev/null
-} >"$OUT/results.txt"
+# results.txt/results.json: the figures, read from the step logs without mpirun's rank tags
+"$OUT/venv/bin/python" "$ROOT/bench/gpu_results.py" "$OUT"
+echo "steps: $SUMMARY"
 cat "$SUMMARY" "$OUT/results.txt"
 echo "everything is under $OUT"
