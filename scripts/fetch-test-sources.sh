@@ -25,7 +25,8 @@ VARS_FILE="${MPICTL_TEST_SOURCES_VARS:-$DEST/test-sources.yml}"
 
 OPENMPI_VERSION="${OPENMPI_VERSION:-5.0.7}"
 OPENMPI_DEBIAN_SUITE="${OPENMPI_DEBIAN_SUITE:-trixie}"
-MPI4PY_VERSION="${MPI4PY_VERSION:-3.1.6}"
+MPI4PY_VERSION="${MPI4PY_VERSION:-4.1.2}"
+CYTHON_VERSION="${CYTHON_VERSION:-3.2.4}"
 
 NCCL_VERSION="${NCCL_VERSION:-2.29.7}"
 NCCL_RELEASE="${NCCL_RELEASE:-1}"
@@ -164,7 +165,30 @@ fetch_sdist() {
   emit_source "$prefix" "$version" "$file" pinned
 }
 
-fetch_mpi4py() { fetch_sdist mpi4py mpi4py "$MPI4PY_VERSION" mpi4py; }
+# mpi4py 4.x builds with Cython: its pure-Python wheel, which the builder's build venv installs.
+fetch_mpi4py() {
+  fetch_sdist mpi4py mpi4py "$MPI4PY_VERSION" mpi4py
+  local file="$DEST/cython-${CYTHON_VERSION}-py3-none-any.whl"
+  if [[ ! -s "$file" ]]; then
+    log "downloading Cython $CYTHON_VERSION (pure-Python wheel)"
+    local work
+    work="$(mktemp -d "$DEST/.cython.XXXXXX")"
+    python3 -m pip download --quiet --no-deps --only-binary :all: --platform any \
+      --implementation py --abi none --dest "$work" "cython==${CYTHON_VERSION}" \
+      || { rm -rf "$work"; die "pip download cython failed"; }
+    mv "$work/$(basename "$file")" "$file.part" && mv "$file.part" "$file"
+    rm -rf "$work"
+  fi
+  local sum
+  sum="$(sha256 "$file")"
+  if [[ "$CYTHON_VERSION" == "$(role_default mpi4py mpi4py_cython_version)" ]]; then
+    [[ "$sum" == "$(role_default mpi4py mpi4py_cython_sha256)" ]] \
+      || die "$file has sha256 $sum, but roles/mpi4py pins another; remove the file and retry"
+  fi
+  emit_var mpi4py_cython_version "$CYTHON_VERSION"
+  emit_var mpi4py_cython_local "$file"
+  emit_var mpi4py_cython_sha256 "$sum"
+}
 
 fetch_nccl() {
   local file="$DEST/nvidia-nccl_${NCCL_VERSION}.orig.tar.gz"
