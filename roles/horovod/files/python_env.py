@@ -1,16 +1,21 @@
 """The Python environment horovod_python names, as the horovod role needs it (run by that
-interpreter; prints one JSON object). Reads only, and never imports PyTorch (seconds per node):
-its version and CUDA build come from torch/version.py.
+interpreter with the requirements Horovod's build needs as arguments, e.g. `numpy`
+`cffi>=1.4.0`; prints one JSON object). Reads only, and never imports PyTorch (seconds per
+node): its version and CUDA build come from torch/version.py.
 
 {"runs": true, "python": "311", "prefix": "/opt/env", "pip": true,
- "torch": {"version": "2.13.0+cpu", "cuda": null}}   ("torch": null when it is not installed)
+ "torch": {"version": "2.13.0+cpu", "cuda": null},   ("torch": null when it is not installed)
+ "satisfied": ["numpy", "cffi>=1.4.0"],              (arguments already met: not downloaded)
+ "cmake": "3.31.6"}                                  (the environment's own bin/cmake, or null)
 """
 
 import ast
+import importlib.metadata
 import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 
 
@@ -35,6 +40,44 @@ def torch_build():
     return values if values["version"] else None
 
 
+def release(version):
+    """The numeric release of a version string: "2.1.3rc1" -> (2, 1, 3)."""
+    parts = []
+    for piece in version.split("."):
+        m = re.match(r"\d+", piece)
+        if not m:
+            break
+        parts.append(int(m.group()))
+        if m.group() != piece:
+            break
+    return tuple(parts)
+
+
+def satisfied(requirement):
+    """Whether NAME or NAME>=VERSION is installed in this environment."""
+    m = re.match(r"^([A-Za-z0-9_.-]+)\s*(?:>=\s*([0-9][0-9.]*))?$", requirement.strip())
+    if not m:
+        return False  # another specifier: leave it to pip
+    try:
+        have = importlib.metadata.version(m.group(1))
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return m.group(2) is None or release(have) >= release(m.group(2))
+
+
+def cmake_version():
+    """The version of the environment's own cmake (pip's cmake package puts one in bin/)."""
+    path = os.path.join(os.path.dirname(sys.executable), "cmake")
+    if not os.access(path, os.X_OK):
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"cmake version (\d+\.\d+(?:\.\d+)?)", out)
+    return m.group(1) if m else None
+
+
 print(
     json.dumps(
         {
@@ -43,6 +86,8 @@ print(
             "prefix": sys.prefix,
             "pip": importlib.util.find_spec("pip") is not None,
             "torch": torch_build(),
+            "satisfied": [r for r in sys.argv[1:] if satisfied(r)],
+            "cmake": cmake_version(),
         }
     )
 )
