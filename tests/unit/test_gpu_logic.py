@@ -331,6 +331,41 @@ def test_an_environment_without_torch_says_so(tmp_path: Path) -> None:
     assert python_env(tmp_path)["torch"] is None
 
 
+def test_requirements_a_named_environment_already_meets_are_not_fetched(tmp_path: Path) -> None:
+    """Defect 8 of issue 23: numpy & co. were downloaded for an environment that had them."""
+    dist = tmp_path / "fakepkg_mpictl-1.2.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakepkg-mpictl\nVersion: 1.2\n")
+    wanted = ["fakepkg-mpictl", "fakepkg-mpictl>=1.0", "fakepkg-mpictl>=1.10", "absent-mpictl"]
+    wanted += ["fakepkg-mpictl<2"]  # another specifier: pip decides
+    got = subprocess.run(
+        [sys.executable, "-c", (ROOT / "roles/horovod/files/python_env.py").read_text(), *wanted],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    assert json.loads(got.stdout)["satisfied"] == ["fakepkg-mpictl", "fakepkg-mpictl>=1.0"]
+
+
+def test_the_environments_own_cmake_is_found_beside_its_interpreter(tmp_path: Path) -> None:
+    """pip's cmake lives in the environment's bin/: the role then installs no OS cmake."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    code = (ROOT / "roles/horovod/files/python_env.py").read_text()
+
+    def cmake() -> Any:
+        proc = subprocess.run(
+            [str(bin_dir / "python"), "-c", code], capture_output=True, text=True, check=True
+        )
+        return json.loads(proc.stdout)["cmake"]
+
+    assert cmake() is None
+    stub = bin_dir / "cmake"
+    stub.write_text("#!/bin/sh\necho 'cmake version 3.31.6'\necho\necho 'CMake suite'\n")
+    stub.chmod(0o755)
+    assert cmake() == "3.31.6"
+
+
 # --- the job side follows horovod_python ------------------------------------------------------
 
 

@@ -560,6 +560,18 @@ def test_without_the_exit_handler_the_fake_group_aborts_the_rank(tmp_path: Path)
     assert proc.returncode == 134
 
 
+def test_the_teardown_can_be_turned_off_and_the_rank_then_aborts_as_before(tmp_path: Path) -> None:
+    env = {
+        **OMPI,
+        "MPICTL_GPU_COUNT": "0",
+        "PYTHONPATH": str(fake_torch(tmp_path)),
+        "FAKE_TORCH_LOG": "/dev/null",
+        "MPICTL_TORCH_TEARDOWN": "0",
+    }
+    script = "import torch.distributed as d; d.init_process_group('gloo')"
+    assert torch_env(env, sys.executable, "-c", script).returncode == 134
+
+
 def test_the_exit_handler_runs_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
