@@ -409,7 +409,11 @@ def test_horovod_download_loop_with_horovod_disabled_and_shared_keys(tmp_path: P
             **local,
             "tasks": [
                 {
-                    "ansible.builtin.set_fact": {"_horovod_wheels_key": "k1"},
+                    # the role sets the two together (preflight's platform description)
+                    "ansible.builtin.set_fact": {
+                        "_horovod_wheels_key": "k1",
+                        "_horovod_requirements": ["numpy"],
+                    },
                     "when": "inventory_hostname != 'h3'",
                 },
                 probe,
@@ -418,6 +422,29 @@ def test_horovod_download_loop_with_horovod_disabled_and_shared_keys(tmp_path: P
                         "that": [
                             "__probe.results | length == 1",
                             "__probe.results[0].item == 'h1'",
+                            "__probe.results[0] is not skipped",
+                        ]
+                    }
+                },
+            ],
+        },
+        {
+            "name": "a named environment that already meets every requirement downloads nothing",
+            "hosts": "nodes",
+            **local,
+            "tasks": [
+                {
+                    "ansible.builtin.set_fact": {
+                        "_horovod_wheels_key": "k2",
+                        "_horovod_requirements": [],
+                    }
+                },
+                probe,
+                {
+                    check: {
+                        "that": [
+                            "__probe.results | length == 1",
+                            "__probe.results[0] is skipped",
                         ]
                     }
                 },
