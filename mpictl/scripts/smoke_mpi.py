@@ -175,7 +175,7 @@ def main() -> int:
                     "event": "start",
                     "ranks": SIZE,
                     "rank_hosts": hosts,
-                    "library": MPI.Get_library_version().splitlines()[0].strip(),
+                    "library": MPI.Get_library_version().split("\0")[0].splitlines()[0].strip(),
                 }
             ),
             flush=True,

@@ -21,7 +21,7 @@ def versions() -> dict[str, Any]:
     try:
         from mpi4py import MPI
 
-        out["mpi4py_library"] = MPI.Get_library_version().splitlines()[0].strip()
+        out["mpi4py_library"] = MPI.Get_library_version().split("\0")[0].splitlines()[0].strip()
     except Exception as exc:  # noqa: BLE001
         out["mpi4py_library"] = f"error: {exc}"
     return out

@@ -399,3 +399,23 @@ def test_smoke_mpi_crosses_nodes_unless_the_cluster_is_one_node(
     assert record["ok"] is ok and record["hosts"] == ["gpu01"]
     if not ok:
         assert record["failures"][-1]["error"].endswith("the test did not cross nodes")
+
+
+def test_the_mpi_library_line_loses_the_nul_mpi4py_4_leaves_on_it(tmp_path: Path) -> None:
+    """mpi4py 4.1.2 returns Open MPI's library version with its C string's NUL at the end
+    (seen on the Debian 13 sandbox): doctor and smoke show the line without it."""
+    fake = tmp_path / "mpi4py"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("__version__ = '4.1.2'\n")
+    (fake / "MPI.py").write_text(
+        "def Get_library_version():\n"
+        "    return 'Open MPI v5.0.7, package: Open MPI root@node1 Distribution\\x00'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", programs.source("venv_versions.py")],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    got = json.loads(proc.stdout)
+    assert got["mpi4py"] == "4.1.2"
+    assert got["mpi4py_library"] == "Open MPI v5.0.7, package: Open MPI root@node1 Distribution"
