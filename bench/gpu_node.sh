@@ -136,6 +136,9 @@ horovod=$(file_of 'horovod-*.tar.gz')
 for f in "$openmpi" "$nccl" "$mpi4py" "$horovod"; do
   [ -n "$f" ] || die "a source tarball is missing from $CARRY/sources (run --bundle)"
 done
+case "$(version_of "$mpi4py" mpi4py-)" in
+  [4-9]*) [ -n "$cython" ] || die "mpi4py 4.x builds with Cython: no cython-*-py3-none-any.whl in $CARRY/sources (run --bundle)" ;;
+esac
 
 node=gpu-node
 mkdir -p "$OUT/inventory"
