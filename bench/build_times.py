@@ -18,7 +18,6 @@ Each mode prints its figures and writes JSON to bench/out/.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import subprocess
@@ -39,10 +38,9 @@ SUBSET = "AllReduce Sum f32 * *|SendRecv"
 
 
 def write(name: str, result: dict[str, Any]) -> None:
-    out = ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    from bench import write_result
+
+    write_result(name, result)
 
 
 def task_seconds(

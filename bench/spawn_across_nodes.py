@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import re
 import subprocess
 import sys
@@ -25,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import write_result  # noqa: E402 - after the path that finds it
+
 PROGRAM = """\
 import sys
 from mpi4py import MPI
@@ -80,10 +83,7 @@ def main() -> None:
                 "hangs_ended_by_timeout": codes.get("124", 0),
                 "error_lines": sorted(set(lines))[:5],
             }
-    out_dir = ROOT / "bench" / "out"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "spawn_across_nodes.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result("spawn_across_nodes", result)
 
 
 if __name__ == "__main__":

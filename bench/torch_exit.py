@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import multiprocessing
 import subprocess
 import sys
@@ -24,6 +23,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import write_result  # noqa: E402 - after the path that finds it
+
 SCRIPT = (
     "import torch, torch.distributed as dist\n"
     "dist.init_process_group('gloo')\n"
@@ -84,10 +87,7 @@ def main() -> None:
     finally:
         for b in burners:
             b.terminate()
-    out = ROOT / "bench" / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "torch_exit.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result("torch_exit", result)
 
 
 if __name__ == "__main__":
