@@ -47,18 +47,24 @@ emit_var() { _VARS+=("$1: \"$2\""); }
 role_default() {
   sed -n "s/^$2: *\"\{0,1\}\([^\"]*\)\"\{0,1\} *$/\1/p" "$ROOT/roles/$1/defaults/main.yml"
 }
+# check_pin ROLE VERSION_VAR SHA_VAR VERSION FILE SUM: a file of the role's default version
+# (VERSION_VAR in roles/ROLE) must have the sha256 the role pins (SHA_VAR): the released file,
+# not whatever a mirror served first.
+check_pin() {
+  [[ "$4" == "$(role_default "$1" "$2")" ]] || return 0
+  local want
+  want="$(role_default "$1" "$3")"
+  [[ "$6" == "$want" ]] \
+    || die "$5 has sha256 $6, but roles/$1 pins $want for $2 $4; remove the file and retry"
+}
 # emit_source PREFIX VERSION FILE [pinned]: the variables pointing a role at a source in the
-# cache. With "pinned", a file of the role's default version must have the sha256 the role pins
-# (the released file, not whatever a mirror served first); Debian's repacked OpenMPI orig tarball
-# is the one source that cannot match upstream's checksum.
+# cache. With "pinned", the file is checked against the role's pin (check_pin); Debian's repacked
+# OpenMPI orig tarball is the one source that cannot match upstream's checksum.
 emit_source() {
   local sum
   sum="$(sha256 "$3")"
-  if [[ "${4:-}" == pinned && "$2" == "$(role_default "$1" "$1_version")" ]]; then
-    local want
-    want="$(role_default "$1" "$1_source_sha256")"
-    [[ "$sum" == "$want" ]] \
-      || die "$3 has sha256 $sum, but roles/$1 pins $want for $1 $2; remove the file and retry"
+  if [[ "${4:-}" == pinned ]]; then
+    check_pin "$1" "$1_version" "$1_source_sha256" "$2" "$3" "$sum"
   fi
   emit_var "$1_version" "$2"
   emit_var "$1_source_local" "$3"
@@ -147,21 +153,28 @@ fetch_openmpi() {
   emit_source openmpi "$OPENMPI_VERSION" "$file"
 }
 
+# pip_fetch FILE WHAT PIP_DOWNLOAD_ARGS...: FILE (its name as pip saves it) downloaded into $DEST
+# once, through a private folder so that a failed download leaves nothing behind.
+pip_fetch() {
+  local file="$1" what="$2"
+  shift 2
+  [[ ! -s "$file" ]] || return 0
+  log "downloading $what"
+  local work
+  work="$(mktemp -d "$DEST/.fetch.XXXXXX")"
+  python3 -m pip download --quiet --no-deps --dest "$work" "$@" \
+    || { rm -rf "$work"; die "pip download of $what failed"; }
+  mv "$work/$(basename "$file")" "$file.part" && mv "$file.part" "$file"
+  rm -rf "$work"
+}
+
 # fetch_sdist PREFIX NAME VERSION NO_BINARY: NAME==VERSION's sdist from PyPI into $DEST (once),
 # then its variables. NO_BINARY is pip's --no-binary value: just NAME keeps its build deps
 # (setuptools, wheel) as wheels, which is faster.
 fetch_sdist() {
   local prefix="$1" name="$2" version="$3" no_binary="$4"
   local file="$DEST/${name}-${version}.tar.gz"
-  if [[ ! -s "$file" ]]; then
-    log "downloading $name $version sdist"
-    local work
-    work="$(mktemp -d "$DEST/.${name}.XXXXXX")"
-    python3 -m pip download --quiet --no-deps --no-binary "$no_binary" --dest "$work" \
-      "${name}==${version}" || { rm -rf "$work"; die "pip download $name failed"; }
-    mv "$work/${name}-${version}.tar.gz" "$file.part" && mv "$file.part" "$file"
-    rm -rf "$work"
-  fi
+  pip_fetch "$file" "$name $version sdist" --no-binary "$no_binary" "${name}==${version}"
   emit_source "$prefix" "$version" "$file" pinned
 }
 
@@ -169,22 +182,11 @@ fetch_sdist() {
 fetch_mpi4py() {
   fetch_sdist mpi4py mpi4py "$MPI4PY_VERSION" mpi4py
   local file="$DEST/cython-${CYTHON_VERSION}-py3-none-any.whl"
-  if [[ ! -s "$file" ]]; then
-    log "downloading Cython $CYTHON_VERSION (pure-Python wheel)"
-    local work
-    work="$(mktemp -d "$DEST/.cython.XXXXXX")"
-    python3 -m pip download --quiet --no-deps --only-binary :all: --platform any \
-      --implementation py --abi none --dest "$work" "cython==${CYTHON_VERSION}" \
-      || { rm -rf "$work"; die "pip download cython failed"; }
-    mv "$work/$(basename "$file")" "$file.part" && mv "$file.part" "$file"
-    rm -rf "$work"
-  fi
+  pip_fetch "$file" "Cython $CYTHON_VERSION (pure-Python wheel)" --only-binary :all: \
+    --platform any --implementation py --abi none "cython==${CYTHON_VERSION}"
   local sum
   sum="$(sha256 "$file")"
-  if [[ "$CYTHON_VERSION" == "$(role_default mpi4py mpi4py_cython_version)" ]]; then
-    [[ "$sum" == "$(role_default mpi4py mpi4py_cython_sha256)" ]] \
-      || die "$file has sha256 $sum, but roles/mpi4py pins another; remove the file and retry"
-  fi
+  check_pin mpi4py mpi4py_cython_version mpi4py_cython_sha256 "$CYTHON_VERSION" "$file" "$sum"
   emit_var mpi4py_cython_version "$CYTHON_VERSION"
   emit_var mpi4py_cython_local "$file"
   emit_var mpi4py_cython_sha256 "$sum"
