@@ -32,15 +32,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import write_result  # noqa: E402 - after the path that finds it
+
 COMPONENTS = ("OpenMPI", "mpi4py", "NCCL", "Horovod")
 EXTRA_TASKS = {"OpenMPI configure": "Configure OpenMPI on the builder node"}
 SUBSET = "AllReduce Sum f32 * *|SendRecv"
-
-
-def write(name: str, result: dict[str, Any]) -> None:
-    from bench import write_result
-
-    write_result(name, result)
 
 
 def task_seconds(
@@ -64,7 +60,7 @@ def from_run(run_dir: Path) -> None:
     from bench.openmpi_build_once import load_run  # refuses a run that has not finished
 
     _, events, _ = load_run(run_dir)
-    write("build_times_from_run", {"source": str(run_dir.name)} | compile_times(events))
+    write_result("build_times_from_run", {"source": str(run_dir.name)} | compile_times(events))
 
 
 def compile_times(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -125,7 +121,7 @@ def nccl_build(only_funcs: str | None, arch: str, jobs: int) -> None:
             "seconds": round(seconds, 1),
             "libnccl_MiB": round(lib.stat().st_size / 2**20, 1),
         }
-    write("nccl_build_subset" if only_funcs else "nccl_build_full", result)
+    write_result("nccl_build_subset" if only_funcs else "nccl_build_full", result)
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ Writes JSON to bench/out/noop_rerun.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections import defaultdict
@@ -32,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import write_result  # noqa: E402
 from bench.openmpi_build_once import load_run  # noqa: E402
 
 TARGET_S = 30.0
@@ -65,10 +65,7 @@ def breakdown(events: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> None:
-    out_dir = ROOT / "bench" / "out"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "noop_rerun.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result("noop_rerun", result)
     met = result["wall_s"] <= TARGET_S and result["changed"] == 0
     print(
         f"no-change re-run target <= {TARGET_S:.0f} s and changed=0: {'met' if met else 'NOT met'}"

@@ -37,6 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import write_result  # noqa: E402 - after the path that finds it
+
 BUILD_FIRST = "Copy the OpenMPI source to the builder node"
 BUILD_LAST = "Pack the OpenMPI install tree into the artifact"
 COMPILE = "Compile OpenMPI on the builder node"
@@ -122,10 +124,7 @@ def load_run(run_dir: Path) -> tuple[float, list[dict[str, Any]], int]:
 
 
 def report(result: dict[str, Any]) -> None:
-    out_dir = ROOT / "bench" / "out"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "openmpi_build_once.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result("openmpi_build_once", result)
     print(
         "ratio (provision through OpenMPI / one build) target <= 1.25: "
         f"{'met' if result['ratio'] <= 1.25 else 'NOT met'}"
