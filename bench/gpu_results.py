@@ -3,10 +3,11 @@
 python bench/gpu_results.py OUT_DIR
 
 The logs are `mpictl run` output: every line a rank printed carries OpenMPI's tag
-(``[1,0]<stdout>: ``), which is removed before anything is matched, so nccl-tests' table and its
-``Avg bus bandwidth`` line are found as they were printed. Kept: the JSON lines of
-``torch-nccl.log`` (``"check"``) and ``horovod-gpu.log`` (``"allreduce"``), the last three rows of
-``all-reduce-perf.log``'s table and its average bus bandwidth.
+(``[1,0]<stdout>: ``). The ranks' stdout is read through :mod:`mpictl.ranks`, which owns that
+tag, so nccl-tests' table and its ``Avg bus bandwidth`` line are found as they were printed.
+Kept: the JSON lines of ``torch-nccl.log`` (``"check"``) and ``horovod-gpu.log``
+(``"allreduce"``), the last three rows of ``all-reduce-perf.log``'s table and its average bus
+bandwidth.
 """
 
 from __future__ import annotations
@@ -17,19 +18,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>: ?")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mpictl import ranks  # noqa: E402 - after the path that finds it
+
 # nccl-tests: size count type redop root time algbw busbw #wrong (out-of-place, then in-place)
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s")
 AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
 
 
-def untagged(path: Path) -> list[str]:
-    """The lines of a step log without mpirun's rank tags ([] when the step left no log)."""
+def rank_lines(path: Path) -> list[str]:
+    """What the job's ranks printed on stdout, rank by rank, without mpirun's tags ([] when the
+    step left no log)."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return []
-    return [TAG.sub("", line) for line in text.splitlines()]
+    by_rank = ranks.split(text)
+    return [line.rstrip("\n") for r in sorted(by_rank) for line in by_rank[r]["stdout"]]
 
 
 def json_lines(lines: list[str], key: str) -> list[dict[str, Any]]:
@@ -70,9 +77,9 @@ def nccl_tests(lines: list[str]) -> dict[str, Any]:
 
 def collect(out: Path) -> dict[str, Any]:
     return {
-        "torch_nccl": json_lines(untagged(out / "torch-nccl.log"), "check"),
-        "horovod_gpu": json_lines(untagged(out / "horovod-gpu.log"), "allreduce"),
-        "all_reduce_perf": nccl_tests(untagged(out / "all-reduce-perf.log")),
+        "torch_nccl": json_lines(rank_lines(out / "torch-nccl.log"), "check"),
+        "horovod_gpu": json_lines(rank_lines(out / "horovod-gpu.log"), "allreduce"),
+        "all_reduce_perf": nccl_tests(rank_lines(out / "all-reduce-perf.log")),
     }
 
 
