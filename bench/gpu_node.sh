@@ -140,28 +140,21 @@ case "$(version_of "$mpi4py" mpi4py-)" in
   [4-9]*) [ -n "$cython" ] || die "mpi4py 4.x builds with Cython: no cython-*-py3-none-any.whl in $CARRY/sources (run --bundle)" ;;
 esac
 
-node=gpu-node
-mkdir -p "$OUT/inventory"
-cat >"$OUT/inventory/hosts.yml" <<EOF
-all:
-  children:
-    mpi_nodes:
-      hosts:
-        $node:
-          ansible_connection: local
-          ansible_host: 127.0.0.1
-          ansible_python_interpreter: /usr/bin/python3
-          mpi_address: 127.0.0.1
-          # in the inventory, not vars.yml: doctor, smoke and run read it there (they never
-          # see provision's -e)
-          horovod_python: "$PYTHON"
-          ansible_ssh_common_args: >-
-            -o UserKnownHostsFile=$OUT/known_hosts -o StrictHostKeyChecking=yes
+# The inventory as a user writes it for one GPU server: `mpictl init localhost` (Ansible's local
+# connection, the machine's host name as the node name, mpi_address 127.0.0.1; the job side pins
+# this machine's host key from /etc/ssh). A host name that is no DNS name gets one of ours.
+mkdir -p "$OUT/inventory/group_vars"
+# (init exits 1 and still writes the file when the machine is not ready: provision says why.)
+step init "$MPICTL" init localhost -o "$OUT/inventory/hosts.yml"
+[ -f "$OUT/inventory/hosts.yml" ] ||
+  step init-named "$MPICTL" init gpu-node=localhost -o "$OUT/inventory/hosts.yml"
+[ -f "$OUT/inventory/hosts.yml" ] || die "mpictl init localhost wrote no inventory (see $OUT/init.log)"
+cat >"$OUT/inventory/group_vars/mpi_nodes.yml" <<EOF
+ansible_python_interpreter: /usr/bin/python3
+# in the inventory, not vars.yml: doctor, smoke and run read it there (they never see
+# provision's -e)
+horovod_python: "$PYTHON"
 EOF
-# The job side pins the head's host key: this machine's own, read from its file.
-for key in /etc/ssh/ssh_host_ed25519_key.pub /etc/ssh/ssh_host_ecdsa_key.pub; do
-  [ -f "$key" ] && echo "127.0.0.1 $(cut -d' ' -f1,2 "$key")" >>"$OUT/known_hosts"
-done
 
 cat >"$OUT/vars.yml" <<EOF
 openmpi_version: "$(version_of "$openmpi" openmpi_)"

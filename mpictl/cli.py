@@ -111,7 +111,7 @@ def init(
         list[str],
         typer.Argument(
             help="[NAME=]HOST[:PORT] per machine, e.g. gpu01, gpu02=10.0.0.2, n1=127.0.0.1:2221, "
-            "[::1]:2222.",
+            "[::1]:2222; localhost is this machine (Ansible's local connection).",
             metavar="HOST",
             show_default=False,
         ),
@@ -154,8 +154,9 @@ def init(
     (ansible_host), PORT its ssh port (ansible_port); an IPv6 HOST with a port goes in brackets,
     [::1]:2222. The check runs `ssh -o BatchMode=yes -o StrictHostKeyChecking=yes HOST sh -s`
     with your ssh config, agent and known_hosts: reachable, passwordless sudo, OS, Python, CPUs,
-    GPUs. An unknown host key is never accepted; the table says how to check and pin it. Exit 1
-    when a host is unreachable or lacks passwordless sudo (the inventory is written either way).
+    GPUs (localhost, this machine, runs it with `sh -s`). An unknown host key is never accepted;
+    the table says how to check and pin it. Exit 1 when a host is unreachable or lacks
+    passwordless sudo (the inventory is written either way).
     """
     from mpictl import hostcheck, ui
     from mpictl import init as starter_inventory

@@ -3,7 +3,8 @@
 Each host gets one ``ssh -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes
 [-i KEY] [-o K=V ...] [-l USER] [-p PORT] HOST sh -s`` with ``scripts/init_probe.sh`` on stdin,
 all hosts in parallel. It is the user's ssh (their ``~/.ssh/config``, agent and known_hosts), not
-mpictl's cluster key. A host key is never accepted here: an unknown one is reported with the
+mpictl's cluster key; this machine itself (``localhost``, Ansible's local connection) runs the
+probe with ``sh -s``, no ssh. A host key is never accepted here: an unknown one is reported with the
 commands that check and pin it; an unreachable host fails within the connect timeout.
 """
 
@@ -49,10 +50,13 @@ class SshTarget:
     user: str | None = None
     key: str | None = None
     options: tuple[str, ...] = ()  # "Key=Value", each passed as -o
+    local: bool = False  # this machine: Ansible's local connection, the probe runs without ssh
 
     @property
     def display(self) -> str:
         """``name``, followed by where ssh connects when that is not the name on port 22."""
+        if self.local:
+            return f"{self.name} (this machine)"
         if self.host == self.name and self.port is None:
             return self.name
         host = f"[{self.host}]" if ":" in self.host and self.port is not None else self.host
@@ -69,6 +73,7 @@ class ProbeFacts:
     python: str = ""
     cpus: int | None = None
     gpus: int | None = None
+    host_keys: int | None = None  # SSH host keys in /etc/ssh
 
     @property
     def passwordless_sudo(self) -> bool:
@@ -90,17 +95,31 @@ class HostCheck:
 
     @property
     def ready(self) -> bool:
-        """Reachable, and Ansible can become root there without a password."""
-        return self.facts is not None and self.reachable and self.facts.passwordless_sudo
+        """Reachable, and Ansible can become root there without a password; this machine also
+        has an SSH server's host keys (jobs log in to it over ssh)."""
+        return self.facts is not None and self.reachable and not self._missing
+
+    @property
+    def _missing(self) -> str:
+        if self.facts is None:
+            return ""
+        if not self.facts.passwordless_sudo:
+            return "no passwordless sudo"
+        if self.target.local and self.facts.host_keys == 0:
+            return "no SSH server"
+        return ""
 
     @property
     def problem(self) -> str:
-        return self.status if not self.reachable else "no passwordless sudo"
+        return self.status if not self.reachable else self._missing
 
 
 def ssh_argv(target: SshTarget, ssh: str = "ssh") -> list[str]:
     """The probe's ssh command line. mpictl's options come first: ssh keeps the first value of
-    an option, so neither ``--ssh-option`` nor ``~/.ssh/config`` can relax host key checking."""
+    an option, so neither ``--ssh-option`` nor ``~/.ssh/config`` can relax host key checking.
+    This machine (``target.local``) runs the probe with ``sh -s``."""
+    if target.local:
+        return ["sh", "-s"]
     argv = [ssh, "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}"]
     argv += ["-o", "StrictHostKeyChecking=yes"]
     if target.key:
@@ -133,6 +152,7 @@ def parse_probe(text: str) -> ProbeFacts | None:
         python=values.get("python", ""),
         cpus=_count(values.get("cpus")),
         gpus=_count(values.get("gpus")),
+        host_keys=_count(values.get("host_keys")),
     )
 
 
@@ -201,6 +221,11 @@ def _facts_note(target: SshTarget, facts: ProbeFacts) -> str:
         )
     if not facts.python:
         notes.append("no python3 (Ansible needs it on the node)")
+    if target.local and facts.host_keys == 0:
+        notes.append(
+            "no SSH host key in /etc/ssh: jobs log in to this machine over ssh as the MPI user "
+            "(install and start openssh-server)"
+        )
     return "; ".join(notes)
 
 
@@ -237,7 +262,8 @@ def check_host(target: SshTarget, *, timeout: float = RUN_TIMEOUT, ssh: str = "s
     except subprocess.TimeoutExpired:
         return HostCheck(target, UNREACHABLE, note=f"no answer within {timeout:g} s")
     except OSError as exc:
-        return HostCheck(target, ERROR, note=f"cannot run ssh: {exc.strerror or exc}")
+        tool = "sh" if target.local else "ssh"
+        return HostCheck(target, ERROR, note=f"cannot run {tool}: {exc.strerror or exc}")
     return classify(target, proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -245,6 +271,7 @@ def check_hosts(targets: Sequence[SshTarget], *, timeout: float = RUN_TIMEOUT) -
     """Every target's check, in the order given; the hosts are probed in parallel."""
     ssh = shutil.which("ssh")
     if ssh is None:
+        # Jobs log in over ssh to every head, this machine included.
         note = "ssh not found on PATH (install the OpenSSH client)"
         return [HostCheck(t, ERROR, note=note) for t in targets]
     if not targets:

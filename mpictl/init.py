@@ -7,6 +7,13 @@ Every name is a DNS name or an IP address, since it is also the address other no
 node by (the default ``mpi_address``); HOST follows the rules of ``ansible_host``
 (:mod:`mpictl.hostnames`). Parsing and rendering are pure; :func:`write` never overwrites a file
 unless asked to.
+
+``localhost`` (no port) is this machine, reached with Ansible's local connection
+(``ansible_connection: local``, no ssh for provisioning): the most common first cluster is one
+GPU server, provisioned from itself. Its inventory name is the machine's host name (Ansible keeps
+the name ``localhost`` for the controller), and on a one-node cluster its ``mpi_address`` is
+``127.0.0.1`` (nothing else has to resolve the name). Jobs still log in to it over ssh as the MPI
+user; :mod:`mpictl.remote` pins its host key from its own ``/etc/ssh``.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import contextlib
 import os
 import re
 import shlex
+import socket
 import stat
 import tempfile
 from collections.abc import Sequence
@@ -31,6 +39,9 @@ SPEC_SYNTAX = "[NAME=]HOST[:PORT], with an IPv6 HOST in brackets when a port fol
 _SSH_OPTION = re.compile(r"([A-Za-z][A-Za-z0-9]*)=([^\x00-\x1f]+)")
 # ssh options mpictl init sets itself: host keys are never accepted automatically.
 _OWN_OPTIONS = {"batchmode", "stricthostkeychecking"}
+#: The HOST that means this machine, through Ansible's local connection (with no port).
+LOCAL = "localhost"
+LOCAL_ADDRESS = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,11 @@ class HostSpec:
     host: str
     port: int | None = None
     text: str = ""
+
+    @property
+    def local(self) -> bool:
+        """This machine, provisioned through Ansible's local connection."""
+        return self.host.lower() == LOCAL and self.port is None
 
 
 @dataclass(frozen=True)
@@ -53,12 +69,15 @@ class Starter:
     slots: int | None = None
     ssh_key: str | None = None
     ssh_options: tuple[str, ...] = ()
+    as_root: bool = False  # every host is this machine, and mpictl runs as root: no become
 
     @property
     def targets(self) -> list[SshTarget]:
         """Each host as the user's ssh reaches it."""
         return [
-            SshTarget(h.name, h.host, h.port, self.user, self.ssh_key, self.ssh_options)
+            SshTarget(
+                h.name, h.host, h.port, self.user, self.ssh_key, self.ssh_options, local=h.local
+            )
             for h in self.hosts
         ]
 
@@ -90,13 +109,31 @@ def parse_host_spec(text: str) -> HostSpec:
             raise UsageError(
                 f"host {quoted(text)}: port {quoted(port_text)} is not a number in 1..65535"
             )
-    name = name if sep else host
+    if not sep:
+        name = this_machine(text) if host.lower() == LOCAL and port is None else host
+    if name.lower() == LOCAL:
+        raise UsageError(
+            f"host {text!r}: the inventory name cannot be localhost (Ansible keeps it for the "
+            f"controller): name the machine by its host name, e.g. gpu01={rest}"
+        )
     if host_problem(name):
         why = NOT_AN_ADDRESS
         if not host_problem(name, underscore=True):
             why += " ('_' is not; other nodes resolve the name: use NAME=HOST)"
         raise UsageError(f"host {text!r}: name {name!r}: {why}")
     return HostSpec(name=name, host=host, port=port, text=text)
+
+
+def this_machine(text: str) -> str:
+    """The inventory name of ``localhost``: this machine's host name, which must be a DNS name
+    (other nodes of a larger cluster resolve it)."""
+    name = socket.gethostname()
+    if host_problem(name):
+        raise UsageError(
+            f"host {text!r}: this machine's host name {name!r} is {NOT_AN_ADDRESS}: name it, "
+            f"e.g. gpu01={text}"
+        )
+    return name
 
 
 def parse_host_specs(texts: Sequence[str]) -> tuple[HostSpec, ...]:
@@ -153,7 +190,8 @@ def plan(
             raise UsageError(f"--ssh-key {quoted(str(ssh_key))}: no such file")
         key = str(path.absolute())
     options = tuple(_ssh_option(o) for o in ssh_options)
-    return Starter(specs, head, user, slots, key, options)
+    as_root = all(s.local for s in specs) and os.geteuid() == 0
+    return Starter(specs, head, user, slots, key, options, as_root)
 
 
 def _scalar(value: str | int | bool) -> str:
@@ -186,7 +224,7 @@ def _node_vars(starter: Starter) -> list[str]:
     out: list[str] = []
     if starter.user is not None:
         out += ["# The account Ansible logs in as.", f"ansible_user: {_scalar(starter.user)}"]
-    if starter.user != "root":
+    if starter.user != "root" and not starter.as_root:
         out += ["# Ansible becomes root with sudo, which must not ask for a password."]
         out += ["ansible_become: true"]
     if starter.ssh_key is not None:
@@ -211,6 +249,20 @@ def render(starter: Starter) -> str:
     lines.append("      hosts:")
     for spec in starter.hosts:
         lines.append(f"        {_scalar(spec.name)}:")
+        if spec.local:
+            lines += [
+                "          # This machine: Ansible's local connection; jobs log in over ssh",
+                "          # to 127.0.0.1 as the MPI user.",
+                "          ansible_connection: local",
+                f"          ansible_host: {LOCAL_ADDRESS}",
+            ]
+            if len(starter.hosts) == 1:
+                lines += [
+                    "          # One node: nothing else resolves its name. Set the address other",
+                    "          # nodes reach it by before adding any.",
+                    f"          mpi_address: {LOCAL_ADDRESS}",
+                ]
+            continue
         if spec.host != spec.name:
             lines.append(f"          ansible_host: {_scalar(spec.host)}")
         if spec.port is not None:

@@ -131,6 +131,7 @@ class Node:
     ssh_key: str | None = None
     ssh_common_args: str = ""
     interface: str | None = None
+    local: bool = False  # ansible_connection: local (the controller's own machine)
     vars: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     facts: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -690,6 +691,7 @@ def load_inventory(
                 ssh_key=str(key) if key else None,
                 ssh_common_args=common_args,
                 interface=interface or None,
+                local=str(merged.get("ansible_connection", "")).strip() == "local",
                 vars=hostvars,
                 facts=facts,
             )

@@ -5,11 +5,18 @@ the head node as the MPI user with the cluster key (``<state>/cluster_ssh/id_ed2
 ``ssh_mesh`` role) over the head's connection from the inventory (``ansible_host``,
 ``ansible_port``, ``ansible_ssh_common_args`` with its pinned known_hosts), and from there reaches
 the other nodes through the cluster's own SSH mesh.
+
+A head provisioned through Ansible's local connection is the controller's own machine: its host
+key is pinned from its own ``/etc/ssh/ssh_host_*_key.pub`` (files of this machine, nothing taken
+over the network) into ``<state>/known_hosts.local``, which comes before the inventory's ssh
+options (ssh keeps an option's first value).
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -23,6 +30,8 @@ from mpictl.errors import InventoryError, JobError
 from mpictl.inventory import Cluster, Node
 
 FANOUT = "fanout.py"
+#: This machine's SSH host keys: a local head's key is pinned from them.
+HOST_KEYS = "/etc/ssh/ssh_host_*_key.pub"
 
 
 def cluster_key() -> Path:
@@ -36,6 +45,7 @@ class HeadSSH:
     node: Node
     user: str
     key: Path
+    known_hosts: Path | None = None  # a local head's pinned keys (local_known_hosts)
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, key: Path | None = None) -> HeadSSH:
@@ -47,7 +57,9 @@ class HeadSSH:
                 f"cluster key {key} not found: run `mpictl provision -i {cluster.source}` first "
                 "(the ssh_mesh role creates it)"
             )
-        return cls(node=cluster.head, user=settings.for_cluster(cluster).user, key=key)
+        head = cluster.head
+        pinned = local_known_hosts(head) if head.local else None
+        return cls(head, settings.for_cluster(cluster).user, key, pinned)
 
     def transport(self, *, tty: bool = False, connect_timeout: int = 10) -> list[str]:
         """ssh and its options to reach the head (what ``rsync -e`` takes), without the host.
@@ -77,6 +89,7 @@ class HeadSSH:
             # pinned host keys only, whatever ~/.ssh/config says (ssh keeps the first value)
             "-o",
             "StrictHostKeyChecking=yes",
+            *([] if self.known_hosts is None else ["-o", f"UserKnownHostsFile={self.known_hosts}"]),
             *self._common_args(),
         ]
 
@@ -152,6 +165,36 @@ class NodeOutput:
     @property
     def error(self) -> str:
         return last_line(self.stderr) or last_line(self.stdout) or f"exit {self.rc}"
+
+
+def local_known_hosts(node: Node) -> Path:
+    """``<state>/known_hosts.local``: this machine's own host keys (:data:`HOST_KEYS`) under the
+    name the job side's ssh connects to (``node``'s ansible_host and port), rewritten on every use.
+    JobError when the machine has none: jobs log in to it over ssh."""
+    host = node.ssh_host or node.name
+    entry = host if node.ssh_port == 22 else f"[{host}]:{node.ssh_port}"
+    keys = []
+    for path in sorted(glob.glob(HOST_KEYS)):
+        try:
+            fields = Path(path).read_text().split()
+        except OSError:
+            continue
+        if len(fields) >= 2:
+            keys.append(f"{entry} {fields[0]} {fields[1]}\n")
+    if not keys:
+        raise JobError(
+            f"{node.name} is this machine (ansible_connection: local), and jobs log in to it over "
+            f"ssh as the MPI user, but it has no SSH host key ({HOST_KEYS}): install and start "
+            "openssh-server, then `mpictl provision`"
+        )
+    target = paths.state_dir() / "known_hosts.local"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(keys)
+    if not target.is_file() or target.read_text() != text:
+        tmp = target.with_name(f".{target.name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    return target
 
 
 def run_on_nodes(

@@ -8,6 +8,7 @@
 #   python          python3's version, empty when there is none
 #   cpus            online CPUs (nproc)
 #   gpus            NVIDIA GPUs: nvidia-smi -L, else the /dev/nvidia<N> device files
+#   host_keys       SSH host keys in /etc/ssh (ssh_host_*_key.pub): jobs log in over ssh
 echo mpictl_probe=1
 echo "user=$(id -un 2>/dev/null)"
 
@@ -45,3 +46,9 @@ if [ -z "$gpus" ] || [ "$gpus" = 0 ]; then
     done
 fi
 echo "gpus=$gpus"
+
+host_keys=0
+for key in /etc/ssh/ssh_host_*_key.pub; do
+    [ -r "$key" ] && host_keys=$((host_keys + 1))
+done
+echo "host_keys=$host_keys"

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -418,3 +419,33 @@ def test_horovod_builds_into_an_existing_venv_with_its_own_torch(gpu: GpuSandbox
     (job,) = report["jobs"]
     record = json.loads((gpu.state / "jobs" / job / "job.json").read_text())
     assert f"{USER_ENV}/bin/python" in json.dumps(record["command"]), record["command"]
+
+
+def test_one_eight_gpu_node_is_a_cluster(gpu: GpuSandbox, tmp_path: Path) -> None:
+    """The most common first cluster: one 8-GPU server (node2 alone, from the same provision).
+    `run -np 8 --torch` gives every rank its own GPU, and smoke passes with all ranks on that one
+    node (a cluster of several nodes still requires crossing nodes: test_job_programs)."""
+    one = tmp_path / "one-node"
+    shutil.copytree(gpu.inventory, one)
+    hosts_file = one / "hosts.yml"
+    hosts = yaml.safe_load(hosts_file.read_text())
+    del hosts["all"]["children"]["mpi_nodes"]["hosts"]["node1"]
+    hosts["all"]["children"].pop("mpi_head", None)  # the one node is the head
+    hosts_file.write_text(yaml.safe_dump(hosts, sort_keys=False))
+    inv = ["-i", str(one)]
+    assert gpu.ok("hostfile", *inv).stdout.split() == ["node2", "slots=8"]
+    show = ["--", "sh", "-c", 'echo "$(hostname) $LOCAL_RANK ${CUDA_VISIBLE_DEVICES-unset}"']
+    torch = gpu.ok("run", *inv, "-np", "8", "--torch", *show).stdout
+    assert ranks(torch) == [("node2", k, str(k)) for k in range(8)]
+    smoke = gpu.mpictl("smoke", *inv, "--suite", "all", "--json", timeout=900)
+    report = json.loads(smoke.stdout)
+    assert smoke.returncode == 0 and report["ok"], smoke.stdout + smoke.stderr
+    results = report["results"]
+    assert {r["suite"] for r in results} == {"mpi", "horovod"}, results
+    assert {(r["result"], r["ranks"], tuple(r["hosts"])) for r in results} == {
+        ("pass", 8, ("node2",))
+    }, results
+    for job in report["jobs"]:
+        record = json.loads((gpu.state / "jobs" / job / "job.json").read_text())
+        assert record["ranks"] == 8, record
+        assert [h["host"] for h in record["hosts"]] == ["node2"], record

@@ -256,3 +256,24 @@ def test_a_host_that_never_answers_times_out(
     (tmp_path / "fake-bin" / "ssh").write_text("#!/bin/sh\nexec sleep 30\n")
     (check,) = hostcheck.check_hosts([SshTarget("a", "a")], timeout=0.5)
     assert check.status == hostcheck.UNREACHABLE and "no answer within 0.5 s" in check.note
+
+
+def test_this_machine_needs_an_ssh_server_for_its_jobs() -> None:
+    """A local target is probed without ssh, but jobs log in to it over ssh as the MPI user:
+    without a host key in /etc/ssh it is not ready, and the note says what to install."""
+    local = SshTarget("gpu01", "localhost", local=True)
+    assert hostcheck.ssh_argv(local) == ["sh", "-s"]
+    probe = "mpictl_probe=1\nuser=root\nsudo=root\npython=3.12.3\nhost_keys={}\n"
+    bare = hostcheck.classify(local, 0, probe.format(0), "")
+    assert bare.reachable and not bare.ready and bare.problem == "no SSH server"
+    assert "install and start openssh-server" in bare.note
+    assert hostcheck.classify(local, 0, probe.format(2), "").ready
+    # A machine reached over ssh has an SSH server by definition: its key count is not a check.
+    assert hostcheck.classify(TARGET, 0, probe.format(0), "").ready
+
+
+def test_the_probe_counts_the_ssh_host_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts = run_probe(tmp_path, monkeypatch, sudo="ok")
+    assert facts.host_keys == len(list(Path("/etc/ssh").glob("ssh_host_*_key.pub")))

@@ -4,6 +4,8 @@ loopback)."""
 
 from __future__ import annotations
 
+import glob
+import os
 import socket
 import subprocess
 import sys
@@ -332,3 +334,116 @@ def test_a_closed_port_on_loopback_is_unreachable_within_seconds(tmp_path: Path)
     one_error_line(proc.stderr, "1 of 1 hosts not ready: n1 (unreachable)")
     assert "no: unreachable" in proc.stdout and "Connection refused" in proc.stdout
     assert load_inventory(out).node("n1").ssh_port == port
+
+
+# --------------------------------------------------------------------------- this machine
+
+
+def test_localhost_is_this_machine_through_the_local_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One GPU server, provisioned from itself: `mpictl init localhost`. Its name is the host
+    name (Ansible keeps `localhost` for the controller), Ansible connects locally, and jobs log
+    in over ssh to 127.0.0.1, the address of a one-node cluster."""
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu01")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    (spec,) = starter_inventory.parse_host_specs(["localhost"])
+    assert (spec.name, spec.host, spec.port, spec.local) == ("gpu01", "localhost", None, True)
+    text = starter_inventory.render(starter_inventory.plan(["localhost"]))
+    nodes = yaml.safe_load(text)["all"]["children"]["mpi_nodes"]
+    assert nodes["hosts"] == {
+        "gpu01": {
+            "ansible_connection": "local",
+            "ansible_host": "127.0.0.1",
+            "mpi_address": "127.0.0.1",
+        }
+    }
+    # Ansible becomes root with sudo, unless mpictl runs as root on the one machine it manages
+    # (a bare GPU server may have no sudo at all).
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert (
+        nodes["vars"]
+        == {"ansible_become": True}
+        == yaml.safe_load(starter_inventory.render(starter_inventory.plan(["localhost"])))["all"][
+            "children"
+        ]["mpi_nodes"]["vars"]
+    )
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    as_root = starter_inventory.render(starter_inventory.plan(["localhost"]))
+    assert "vars" not in yaml.safe_load(as_root)["all"]["children"]["mpi_nodes"]
+    both = starter_inventory.render(starter_inventory.plan(["head=localhost", "gpu02"]))
+    assert yaml.safe_load(both)["all"]["children"]["mpi_nodes"]["vars"] == {"ansible_become": True}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(text)
+    (node,) = load_inventory(inv).nodes
+    assert (node.name, node.local, node.ssh_host, node.ssh_port, node.address) == (
+        "gpu01",
+        True,
+        "127.0.0.1",
+        22,
+        "127.0.0.1",
+    )
+
+
+def test_this_machine_in_a_larger_cluster_keeps_its_name_as_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu01")
+    starter = starter_inventory.plan(["head=localhost", "gpu02", "n3=127.0.0.1:2223"])
+    assert [t.local for t in starter.targets] == [True, False, False]  # a port means ssh
+    hosts = yaml.safe_load(starter_inventory.render(starter))["all"]["children"]["mpi_nodes"]
+    assert hosts["hosts"] == {
+        "head": {"ansible_connection": "local", "ansible_host": "127.0.0.1"},
+        "gpu02": None,
+        "n3": {"ansible_host": "127.0.0.1", "ansible_port": 2223},
+    }
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(starter_inventory.render(starter))
+    cluster = load_inventory(inv)
+    assert [(n.name, n.address, n.local) for n in cluster.nodes] == [
+        ("head", "head", True),
+        ("gpu02", "gpu02", False),
+        ("n3", "n3", False),
+    ]
+    assert [t.display for t in starter.targets][0] == "head (this machine)"
+
+
+@pytest.mark.parametrize(
+    ("text", "hostname", "message"),
+    [
+        ("localhost=localhost", "gpu01", "the inventory name cannot be localhost"),
+        ("localhost:2222", "gpu01", "e.g. gpu01=localhost:2222"),
+        ("localhost", "gpu_01", "this machine's host name 'gpu_01' is not a valid DNS name"),
+        ("localhost", "gpu_01", "e.g. gpu01=localhost"),
+    ],
+)
+def test_localhost_needs_a_name_other_nodes_resolve(
+    monkeypatch: pytest.MonkeyPatch, text: str, hostname: str, message: str
+) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: hostname)
+    with pytest.raises(UsageError) as caught:
+        starter_inventory.parse_host_spec(text)
+    assert message in str(caught.value)
+
+
+def test_init_localhost_probes_this_machine_without_ssh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe runs with `sh -s` here (the fake ssh is never called); this machine's host keys
+    decide whether it is ready (jobs log in to it over ssh)."""
+    log = fake_ssh.install(tmp_path, monkeypatch)
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu01")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'fake-node-bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SUDO", "ok")
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["init", "localhost"])
+    out, err = capsys.readouterr()
+    assert not log.exists()
+    assert "gpu01 (this machine)" in out
+    assert load_inventory(tmp_path / "hosts.yml").nodes[0].local
+    if glob.glob("/etc/ssh/ssh_host_*_key.pub"):
+        assert code == 0, err
+        assert "every host is ready" in out
+    else:
+        assert code == 1
+        assert "gpu01 (no SSH server)" in err, err

@@ -481,3 +481,48 @@ def test_horovod_download_loop_with_horovod_disabled_and_shared_keys(tmp_path: P
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "ok=" in out and "failed=0" in out, out
+
+
+def test_a_local_head_is_pinned_from_its_own_host_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_state: Path
+) -> None:
+    """A head provisioned through Ansible's local connection is this machine: the job side's
+    ssh to it trusts exactly the keys in its /etc/ssh, ahead of the inventory's ssh options."""
+    etc = tmp_path / "etc_ssh"
+    etc.mkdir()
+    (etc / "ssh_host_ed25519_key.pub").write_text("ssh-ed25519 AAAAC3Nz root@gpu01\n")
+    (etc / "ssh_host_ecdsa_key.pub").write_text("ecdsa-sha2-nistp256 AAAAE2Vj root@gpu01\n")
+    monkeypatch.setattr(remote, "HOST_KEYS", str(etc / "ssh_host_*_key.pub"))
+    key = tmp_path / "key"
+    key.write_text("k")
+    head = node(
+        "gpu01",
+        local=True,
+        ssh_common_args="-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no",
+    )
+    ssh = remote.HeadSSH.for_cluster(cluster(head), key=key)
+    assert ssh.known_hosts == isolated_state / "known_hosts.local"
+    assert ssh.known_hosts.read_text() == (
+        "127.0.0.1 ecdsa-sha2-nistp256 AAAAE2Vj\n127.0.0.1 ssh-ed25519 AAAAC3Nz\n"
+    )
+    argv = ssh.argv("true")
+    pinned = argv.index(f"UserKnownHostsFile={ssh.known_hosts}")
+    assert pinned < argv.index("UserKnownHostsFile=/dev/null")  # ssh keeps the first value
+    assert argv[-4:] == ["-l", ssh.user, "127.0.0.1", "true"]
+    # On another port the entry is [host]:port, as ssh looks it up.
+    remote.local_known_hosts(node("gpu01", port=2222, local=True))
+    assert ssh.known_hosts.read_text().startswith("[127.0.0.1]:2222 ecdsa-sha2-nistp256 ")
+    # A node reached over ssh keeps the user's known_hosts.
+    assert remote.HeadSSH.for_cluster(three(), key=key).known_hosts is None
+
+
+def test_a_local_head_without_an_ssh_server_is_a_job_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remote, "HOST_KEYS", str(tmp_path / "none" / "ssh_host_*_key.pub"))
+    key = tmp_path / "key"
+    key.write_text("k")
+    with pytest.raises(errors.JobError) as caught:
+        remote.HeadSSH.for_cluster(cluster(node("gpu01", local=True)), key=key)
+    assert "gpu01 is this machine (ansible_connection: local)" in str(caught.value)
+    assert "install and start openssh-server" in str(caught.value)
