@@ -156,18 +156,36 @@ def measure_link(cluster: Cluster, head: remote.HeadSSH) -> tuple[float, tuple[s
     if len(cluster.nodes) < 2:
         raise UsageError("bench needs at least two nodes")
     a, b = cluster.nodes[0], cluster.nodes[1]
-    args = [a.address, b.address, str(IPERF_PORT), str(IPERF_SECONDS)]
-    proc = head.run_python(programs.source(IPERF_DRIVER), args, timeout=150)
-    rec = next(iter(remote.json_lines(proc.stdout)), None)
-    if rec is None:
-        raise JobError(f"iperf3 from {a.name} to {b.name} did not run: {proc.stderr.strip()}")
-    try:
-        return parse_iperf(rec["stdout"]), (a.name, b.name)
-    except (ValueError, KeyError):
-        raise JobError(
-            f"iperf3 from {a.name} to {b.name} failed: {rec.get('stderr', '').strip()[-200:]} "
-            "(is iperf3 installed? `mpictl provision`, mpi_jobs role)"
-        ) from None
+    (result,) = measure_links(head, [(a.address, b.address)], timeout=150)
+    if isinstance(result, str):
+        raise JobError(f"iperf3 from {a.name} to {b.name} {result}")
+    return result, (a.name, b.name)
+
+
+def measure_links(
+    head: remote.HeadSSH, pairs: Sequence[tuple[str, str]], *, timeout: float = 150
+) -> list[float | str]:
+    """iperf3 A -> B for every pair at once (disjoint pairs: one round), from the head: each
+    pair's receiver throughput in GB/s, or why it has none ("did not run: ...", "failed: ...")."""
+    args = [str(IPERF_PORT), str(IPERF_SECONDS), *(h for pair in pairs for h in pair)]
+    proc = head.run_python(programs.source(IPERF_DRIVER), args, timeout=timeout)
+    by_pair = {(str(r.get("a")), str(r.get("b"))): r for r in remote.json_lines(proc.stdout)}
+    out: list[float | str] = []
+    for pair in pairs:
+        rec = by_pair.get(pair)
+        if rec is None:
+            out.append(f"did not run: {remote.last_line(proc.stderr) or f'exit {proc.returncode}'}")
+            continue
+        try:
+            out.append(parse_iperf(rec["stdout"]))
+        except JobError as exc:  # iperf3's own error, from its JSON
+            out.append(f"failed: {exc}")
+        except (ValueError, KeyError):
+            out.append(
+                f"failed: {str(rec.get('stderr', '')).strip()[-200:]} "
+                "(is iperf3 installed? `mpictl provision`, mpi_jobs role)"
+            )
+    return out
 
 
 def run_bench(

@@ -32,6 +32,7 @@ NODE_PROGRAMS = [
     "slurm_job.sh",
     "doctor_slurm.py",
     "artifact_fanout.py",
+    "fabric_p2p.py",
 ]
 
 
@@ -157,26 +158,43 @@ def test_smoke_preflight_reports_missing_files_and_failed_imports(tmp_path: Path
 
 
 def test_iperf_driver_runs_a_server_on_b_and_the_client_on_a(tmp_path: Path) -> None:
+    """Every pair of a round at once: servers on each B, then the clients on each A."""
     log = tmp_path / "ssh.log"
     report = json.dumps({"end": {"sum_received": {"bits_per_second": 8e9}}})
     bindir = fake_bin(
         tmp_path,
         "ssh",
-        f'echo "$@" >> {log}\ncase "$*" in *" -s "*) exit 0;; esac\necho \'{report}\'\n',
+        f'echo "$@" >> {log}\ncase "$*" in *" -s "*) exit 0;; *nodeC*) echo refused >&2; exit 1;; '
+        f"esac\necho '{report}'\n",
     )
     proc = subprocess.run(
-        [sys.executable, "-", "nodeA", "nodeB", "5201", "3"],
+        [sys.executable, "-", "5201", "3", "nodeA", "nodeB", "nodeC", "nodeD"],
         input=programs.source("iperf_driver.py"),
         capture_output=True,
         text=True,
         env=with_path(bindir),
         timeout=60,
     )
-    rec = json.loads(proc.stdout)
-    assert rec["rc"] == 0 and json.loads(rec["stdout"]) == json.loads(report)
+    first, second = map(json.loads, proc.stdout.splitlines())
+    assert (first["a"], first["b"], first["rc"]) == ("nodeA", "nodeB", 0)
+    assert json.loads(first["stdout"]) == json.loads(report)
+    assert (second["a"], second["b"], second["rc"], second["stderr"]) == (
+        "nodeC",
+        "nodeD",
+        1,
+        "refused\n",
+    )
     calls = log.read_text().splitlines()
     assert any(c.endswith("nodeB exec timeout 60 iperf3 -s -1 -p 5201") for c in calls)
+    assert any(c.endswith("nodeD exec timeout 60 iperf3 -s -1 -p 5201") for c in calls)
     assert any(c.endswith("nodeA iperf3 -J -c nodeB -p 5201 -t 3") for c in calls)
+    bad = subprocess.run(
+        [sys.executable, "-", "5201", "3", "nodeA"],
+        input=programs.source("iperf_driver.py"),
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "usage" in bad.stderr
 
 
 def run_probe(spec: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
