@@ -361,6 +361,86 @@ def bench(
     typer.echo(f"results: {report.results_path}")
 
 
+@app.command()
+def fabric(
+    inventory: InventoryOpt = None,
+    hosts: Annotated[
+        str | None, typer.Option("--hosts", help="Only these nodes: a,b,c (inventory names).")
+    ] = None,
+    expect: Annotated[
+        float | None,
+        typer.Option(
+            "--expect",
+            metavar="GBIT",
+            help="Every link's expected rate in Gbit/s (default: mpi_link_gbps, else the NIC's "
+            "speed, else the median of the pairs).",
+        ),
+    ] = None,
+    threshold: Annotated[
+        float, typer.Option(help="A pair below this share of its expected rate is slow.")
+    ] = 0.8,
+    size: Annotated[int, typer.Option(help="Message size in bytes.")] = 4 * 1024 * 1024,
+    seconds: Annotated[float, typer.Option(help="Seconds per direction and pair.")] = 1.0,
+    tcp: Annotated[
+        bool, typer.Option("--tcp/--no-tcp", help="Measure each pair with iperf3 too.")
+    ] = True,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write a PNG heat-map of the pairs here.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure every pair of nodes (MPI point-to-point both ways, latency, iperf3) in rounds of
+    disjoint pairs, judge each against its expected rate, and name the slow node or link.
+    Exit 0 when every pair is ok, 1 otherwise."""
+    import json
+
+    from mpictl import bench as bench_mod
+    from mpictl import fabric as fabric_mod
+    from mpictl import ui
+    from mpictl.errors import CheckFailed
+    from mpictl.inventory import load_inventory
+
+    fabric_mod.check_options(threshold, expect, size, seconds)
+    if plot is not None:  # before the measurement, not after it
+        bench_mod.check_plot_path(plot)
+        bench_mod.check_plotting()
+    report = fabric_mod.run_fabric(
+        load_inventory(inventory_path(inventory)),
+        hosts=hosts.split(",") if hosts is not None else None,
+        expect=expect,
+        threshold=threshold,
+        size=size,
+        seconds=seconds,
+        tcp=tcp,
+    )
+    if plot is not None:
+        fabric_mod.plot(report, plot)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    **report.to_json(),
+                    "plot": str(plot) if plot else None,
+                    "results": str(report.results_path) if report.results_path else None,
+                },
+                indent=2,
+            )
+        )
+    else:
+        ui.console.print(ui.fabric_table(report))
+        for line in fabric_mod.summary(report):
+            typer.echo(line)
+        if report.transport:
+            typer.echo(f"transport: {report.transport}")
+        if plot is not None:
+            typer.echo(f"plot: {plot}")
+        if report.results_path is not None:
+            typer.echo(f"results: {report.results_path}")
+    if not report.ok:
+        slow = [f.text for f in report.findings if f.kind != "ok"]
+        raise CheckFailed(f"fabric: {slow[0] if slow else 'not every pair is ok'}")
+
+
 DEBUG_ENV = "MPICTL_DEBUG"
 
 

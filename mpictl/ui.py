@@ -17,6 +17,7 @@ from mpictl.runner import RESULT_EVENTS, RunResult
 if TYPE_CHECKING:
     from mpictl.bench import BenchReport
     from mpictl.doctor import DoctorReport
+    from mpictl.fabric import FabricReport
     from mpictl.jobs import JobRecord
     from mpictl.smoke import SmokeReport
 
@@ -227,6 +228,28 @@ def bench_table(report: BenchReport) -> Table:
         table.add_column(column, justify="right")
     for row in table_rows(report):
         table.add_row(*row)
+    return table
+
+
+def fabric_table(report: FabricReport) -> Table:
+    """Every pair of ``mpictl fabric``: MPI both ways, latency, iperf3, expectation, verdict."""
+    from mpictl.fabric import table_rows
+
+    columns = (
+        "pair",
+        "a->b (GB/s)",
+        "b->a (GB/s)",
+        "latency (us)",
+        "TCP a->b (GB/s)",
+        "expected (Gbit/s)",
+        "ratio",
+        "verdict",
+    )
+    table = Table(title=f"MPI point-to-point, {len(report.nodes)} nodes, {report.rounds} rounds")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("pair", "verdict") else "right")
+    for row in table_rows(report):
+        table.add_row(*(escape(cell) for cell in row))
     return table
 
 
