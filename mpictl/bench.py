@@ -163,11 +163,16 @@ def measure_link(cluster: Cluster, head: remote.HeadSSH) -> tuple[float, tuple[s
 
 
 def measure_links(
-    head: remote.HeadSSH, pairs: Sequence[tuple[str, str]], *, timeout: float = 150
+    head: remote.HeadSSH,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    port: int = IPERF_PORT,
+    timeout: float = 150,
 ) -> list[float | str]:
     """iperf3 A -> B for every pair at once (disjoint pairs: one round), from the head: each
-    pair's receiver throughput in GB/s, or why it has none ("did not run: ...", "failed: ...")."""
-    args = [str(IPERF_PORT), str(IPERF_SECONDS), *(h for pair in pairs for h in pair)]
+    pair's receiver throughput in GB/s, or why it has none ("did not run: ...", "failed: ...").
+    A JobError when the head does not answer."""
+    args = [str(port), str(IPERF_SECONDS), *(h for pair in pairs for h in pair)]
     proc = head.run_python(programs.source(IPERF_DRIVER), args, timeout=timeout)
     by_pair = {(str(r.get("a")), str(r.get("b"))): r for r in remote.json_lines(proc.stdout)}
     out: list[float | str] = []

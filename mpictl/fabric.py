@@ -22,14 +22,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import bench, inputs, network, planner, remote, submit
+from mpictl import bench, inputs, network, planner, ranks, remote, submit
 from mpictl import settings as cluster_settings
-from mpictl.errors import Interrupted, UsageError
+from mpictl.errors import Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
 from mpictl.fabric_rules import (
     FAILED,
+    NOT_ANSWERING,
     OK,
     SLOW,
+    UNRATED,
     Finding,
     Pair,
     Schedule,
@@ -38,12 +40,13 @@ from mpictl.fabric_rules import (
     node_rates,
     schedule,
 )
+from mpictl.hostnames import is_ip_address
 from mpictl.inventory import Cluster, Node
 from mpictl.planner import LaunchOptions
 
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_SIZE = 4 * 1024 * 1024  # bytes per message: large, as a link's bandwidth needs
-MAX_SIZE = 1024 * 1024 * 1024
+MAX_SIZE = 64 * 1024 * 1024  # the receiver holds a window of 16 messages
 DEFAULT_SECONDS = 1.0  # per direction and pair
 RESULTS_FILE = "fabric.json"
 PROGRAM = "fabric_p2p.py"
@@ -157,21 +160,28 @@ def parse_output(text: str) -> tuple[dict[int, str], list[dict[str, Any]]]:
     return hosts, records
 
 
-def _labels(node: Node) -> set[str]:
+def _names(node: Node) -> set[str]:
     facts = node.facts or {}
     names = {node.name, node.address}
     names |= {str(facts[k]) for k in ("ansible_hostname", "ansible_nodename", "ansible_fqdn")
               if facts.get(k)}  # fmt: skip
-    return {n.lower() for n in names} | {n.lower().split(".")[0] for n in names}
+    return {n.lower() for n in names}
+
+
+def _short(name: str) -> str:
+    return name if is_ip_address(name) else name.split(".")[0]
 
 
 def rank_nodes(hosts: Mapping[int, str], nodes: Sequence[Node]) -> dict[int, str] | str:
     """rank -> inventory name, from the hosts the ranks reported (mpirun may place rank 0 on the
-    head whatever the order given); a sentence when a rank cannot be placed."""
+    head whatever the order given): an exact name first, else a short name that only one node
+    has; a sentence when a rank cannot be placed."""
     out: dict[int, str] = {}
     for rank, host in sorted(hosts.items()):
-        said = {host.lower(), host.lower().split(".")[0]}
-        match = [n.name for n in nodes if said & _labels(n)]
+        said = host.lower()
+        match = [n.name for n in nodes if said in _names(n)]
+        if not match:
+            match = [n.name for n in nodes if _short(said) in {_short(x) for x in _names(n)}]
         if len(match) != 1:
             return f"rank {rank} ran on {inputs.quoted(host)}, which is not one node of the job"
         out[rank] = match[0]
@@ -180,11 +190,23 @@ def rank_nodes(hosts: Mapping[int, str], nodes: Sequence[Node]) -> dict[int, str
     return out
 
 
+def untagged(output: str) -> str:
+    """A job's output without mpirun's ``[job,rank]<stream>:`` tags (:mod:`mpictl.ranks`)."""
+    tag = ranks.TAGS["mpirun"]
+    return "\n".join(tag.sub("", line) for line in output.splitlines())
+
+
 def _pairs_from_job(
     plan: Schedule, nodes: Sequence[Node], output: str, exit_code: int, job_id: str
 ) -> list[Pair]:
     hosts, records = parse_output(output)
     placed = rank_nodes(hosts, nodes)
+    if not hosts:  # the program never started: say why, once, on every pair
+        said = remote.last_line(untagged(output)) or "no output"
+        placed = (
+            f"the measuring job did not start (exit {exit_code}: {said}); a cluster provisioned "
+            f"by an older mpictl lacks {PROGRAM}: run `mpictl provision`"
+        )
     by_ranks = {(int(r["a"]), int(r["b"])): r for r in records}
     pairs = []
     for number, round_pairs in enumerate(plan):
@@ -215,11 +237,17 @@ def _pairs_from_job(
 def _measure_tcp(
     head: remote.HeadSSH, plan: Schedule, nodes: Sequence[Node], pairs: list[Pair]
 ) -> None:
-    """iperf3 for every pair, one round of disjoint pairs at a time."""
+    """iperf3 for every pair, one round of disjoint pairs at a time, each round on a port of its
+    own (a server left by a failed client holds its port for up to a minute). A round the head
+    could not run is that round's pairs' ``tcp_error``; the MPI figures stay."""
     by_names = {p.nodes: p for p in pairs}
-    for round_pairs in plan:
+    for number, round_pairs in enumerate(plan):
         ends = [(nodes[i], nodes[j]) for i, j in round_pairs]
-        results = bench.measure_links(head, [(a.address, b.address) for a, b in ends])
+        addresses = [(a.address, b.address) for a, b in ends]
+        try:
+            results = bench.measure_links(head, addresses, port=bench.IPERF_PORT + number % 100)
+        except JobError as exc:
+            results = [f"did not run: {exc}"] * len(ends)
         for (a, b), result in zip(ends, results, strict=True):
             pair = by_names.get((a.name, b.name)) or by_names.get((b.name, a.name))
             if pair is None:
@@ -228,6 +256,12 @@ def _measure_tcp(
                 pair.tcp_error = result
             else:
                 pair.tcp_GBps = result
+
+
+def job_timeout(rounds: int, seconds: float) -> float:
+    """The measuring job's limit: per round, both directions of ``seconds`` (each may take up to
+    twice that: a first window times the link) and a minute of margin, at least 10 minutes."""
+    return max(600.0, rounds * (4 * seconds + 60))
 
 
 def check_options(threshold: float, expect: float | None, size: int, seconds: float) -> None:
@@ -249,7 +283,6 @@ def run_fabric(
     size: int = DEFAULT_SIZE,
     seconds: float = DEFAULT_SECONDS,
     tcp: bool = True,
-    timeout: float = 1800,
     on_output: OutputHandler | None = None,
     clock: Callable[[], float] | None = None,
 ) -> FabricReport:
@@ -259,7 +292,6 @@ def run_fabric(
     clock = clock or time.monotonic
     started = clock()
     check_options(threshold, expect, size, seconds)
-    inputs.seconds("fabric's timeout", timeout)
     nodes = planner.select_nodes(cluster, hosts)
     if len(nodes) < 2:
         raise UsageError("fabric needs at least two nodes (it measures the links between them)")
@@ -274,27 +306,29 @@ def run_fabric(
     head = remote.HeadSSH.for_cluster(cluster)
     head.check_reachable()
 
-    report = FabricReport(nodes=names, threshold=threshold, rounds=len(schedule(len(nodes))))
+    report = FabricReport(nodes=names, threshold=threshold)
     answers = remote.run_on_nodes(head, [n.address for n in nodes], "true", timeout=60)
-    silent = [n for n in nodes if not answers.get(n.address, None) or not answers[n.address].ok]
+    silent = [n for n in nodes if n.address not in answers or not answers[n.address].ok]
     live = [n for n in nodes if n not in silent]
     pairs: list[Pair] = []
-    for number, round_pairs in enumerate(schedule(len(nodes))):
-        for i, j in round_pairs:
-            a, b = nodes[i], nodes[j]
+    for i, a in enumerate(nodes):  # the pairs of a node that did not answer: never scheduled
+        for b in nodes[i + 1 :]:
             gone = [n for n in (a, b) if n in silent]
             if gone:
-                why = "; ".join(f"{n.name} did not answer ({answers[n.address].error})"
-                                if n.address in answers else f"{n.name} did not answer"
+                why = "; ".join(f"{n.name} {NOT_ANSWERING} ({answers[n.address].error})"
+                                if n.address in answers else f"{n.name} {NOT_ANSWERING}"
                                 for n in gone)  # fmt: skip
-                pairs.append(Pair(a.name, b.name, number, error=why))
+                pairs.append(
+                    Pair(a.name, b.name, -1, error=why, silent=tuple(n.name for n in gone))
+                )
     plan = schedule(len(live))
+    report.rounds = len(plan)
     if len(live) >= 2:
         options = LaunchOptions(
             command=[*command, json.dumps(plan), str(size), str(seconds)],
             hosts=[n.name for n in live],
             ppn=1,
-            timeout=timeout,
+            timeout=job_timeout(len(plan), seconds),
         )
         result, record = submit.submit(
             cluster,
@@ -308,22 +342,34 @@ def run_fabric(
             raise Interrupted(f"fabric interrupted (job {result.job_id})", result.exit_code)
         output = record.output_path.read_text(errors="replace")
         measured = _pairs_from_job(plan, live, output, result.exit_code, result.job_id)
-        if tcp:
-            _measure_tcp(head, plan, live, measured)
         pairs += measured
         report.results_path = record.directory / RESULTS_FILE
         report.transport = transport_of(record.mpirun)
+        _settle(report, pairs, names, rates, clock() - started)  # kept before iperf3 runs
+        if tcp:
+            _measure_tcp(head, plan, live, measured)
+    _settle(report, pairs, names, rates, clock() - started)
+    return report
+
+
+def _settle(
+    report: FabricReport,
+    pairs: list[Pair],
+    names: Sequence[str],
+    rates: Mapping[str, Any],
+    seconds: float,
+) -> None:
+    """Order, judge and diagnose the pairs; write ``fabric.json`` with the job record."""
     order = {n: i for i, n in enumerate(names)}
-    for p in pairs:  # a pair reads in inventory order
+    for p in pairs:  # a pair reads in the order of the job's nodes
         if order[p.a] > order[p.b]:
             p.a, p.b, p.ab_GBps, p.ba_GBps = p.b, p.a, p.ba_GBps, p.ab_GBps
     report.pairs = sorted(pairs, key=lambda p: (order[p.a], order[p.b]))
-    judge(report.pairs, rates, threshold)
-    report.findings = diagnose(names, report.pairs, threshold)
-    report.seconds = clock() - started
+    judge(report.pairs, rates, report.threshold)
+    report.findings = diagnose(names, report.pairs, report.threshold)
+    report.seconds = seconds
     if report.results_path is not None:
         report.results_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    return report
 
 
 def transport_of(mpirun: str) -> str:
@@ -343,10 +389,12 @@ def transport_of(mpirun: str) -> str:
 
 def summary(report: FabricReport) -> list[str]:
     """The verdict's lines: one per finding, then the totals."""
-    counts = {v: sum(p.verdict == v for p in report.pairs) for v in (OK, SLOW, FAILED)}
+    verdicts = [OK, SLOW, FAILED, UNRATED]
+    counts = {v: sum(p.verdict == v for p in report.pairs) for v in verdicts}
+    totals = ", ".join(f"{counts[v]} {v}" for v in verdicts if counts[v] or v != UNRATED)
     lines = [f.text for f in report.findings]
     lines.append(
         f"{len(report.pairs)} pairs of {len(report.nodes)} nodes in {report.rounds} rounds "
-        f"({report.seconds:.0f} s): {counts[OK]} ok, {counts[SLOW]} slow, {counts[FAILED]} failed"
+        f"({report.seconds:.0f} s): {totals}"
     )
     return lines

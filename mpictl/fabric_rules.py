@@ -26,8 +26,12 @@ from mpictl import inputs
 from mpictl.errors import InventoryError
 from mpictl.inventory import Node
 
-OK, SLOW, FAILED = "ok", "slow", "failed"
+OK, SLOW, FAILED, UNRATED = "ok", "slow", "failed", "unrated"
+#: Pairs judged against their median need nodes enough that one bad node is in fewer than half
+#: of them (4 nodes: 3 of 6 pairs); with fewer, a pair without a known rate is not judged.
+MEDIAN_MIN_NODES = 4
 LINK_VAR = "mpi_link_gbps"
+NOT_ANSWERING = "did not answer"  # how a pair's error names an end that did not answer
 
 Schedule = list[list[tuple[int, int]]]
 
@@ -131,6 +135,7 @@ class Pair:
     tcp_GBps: float | None = None  # iperf3 a -> b, the link's reference
     tcp_error: str = ""
     error: str = ""  # why the pair failed
+    silent: tuple[str, ...] = ()  # its ends that did not answer before the measurement
     expected_gbit: float | None = None
     expected_source: str = ""
     ratio: float | None = None  # slower direction / expectation
@@ -148,9 +153,13 @@ class Pair:
 
 def judge(pairs: Sequence[Pair], rates: Mapping[str, Rate | None], threshold: float) -> None:
     """Fill each pair's expectation, ratio and verdict (in place). A pair without a known rate
-    at either end is judged against the median of the measured pairs."""
+    at either end is judged against the median of the measured pairs when the pairs span at
+    least :data:`MEDIAN_MIN_NODES` nodes, else it is ``unrated`` (not ok: nothing judged it)."""
     measured = [p.slower_GBps * 8 for p in pairs if not p.error and p.slower_GBps]
+    spanned = {n for p in pairs for n in p.nodes}
     median = statistics.median(measured) if measured else None
+    if len(spanned) < MEDIAN_MIN_NODES:
+        median = None
     for pair in pairs:
         ends = [rates.get(pair.a), rates.get(pair.b)]
         if all(r is not None for r in ends):
@@ -162,9 +171,11 @@ def judge(pairs: Sequence[Pair], rates: Mapping[str, Rate | None], threshold: fl
             pair.error = pair.error or "no bandwidth measured"
             pair.verdict = FAILED
             continue
-        if pair.expected_gbit:
-            pair.ratio = pair.slower_GBps * 8 / pair.expected_gbit
-        pair.verdict = SLOW if pair.ratio is not None and pair.ratio < threshold else OK
+        if not pair.expected_gbit:
+            pair.verdict = UNRATED
+            continue
+        pair.ratio = pair.slower_GBps * 8 / pair.expected_gbit
+        pair.verdict = SLOW if pair.ratio < threshold else OK
 
 
 # --------------------------------------------------------------------------- the diagnosis
@@ -173,7 +184,8 @@ def judge(pairs: Sequence[Pair], rates: Mapping[str, Rate | None], threshold: fl
 @dataclass(frozen=True)
 class Finding:
     """One conclusion: ``kind`` is ``node`` (slow with every partner), ``down`` (no pair of it
-    could be measured), ``pair`` (a link or pair), ``fabric`` (everything slow) or ``ok``."""
+    could be measured), ``pair`` (a link or pair), ``fabric`` (everything slow), ``failed``
+    (nothing could be measured) or ``ok``."""
 
     kind: str
     subjects: tuple[str, ...]
@@ -196,19 +208,45 @@ def diagnose(nodes: Sequence[str], pairs: Sequence[Pair], threshold: float) -> l
             )
         ]
     findings: list[Finding] = []
+    unrated = [p for p in pairs if p.verdict == UNRATED]
+    if unrated:
+        ends = sorted({n for p in unrated for n in p.nodes}, key=list(nodes).index)
+        findings.append(
+            Finding(
+                UNRATED,
+                tuple(ends),
+                f"no expected rate for {', '.join(ends)} (the NIC does not report its speed) and "
+                f"too few nodes to judge by the median: set mpi_link_gbps or --expect",
+            )
+        )
+        pairs = [p for p in pairs if p.verdict != UNRATED]
+        if not pairs:
+            return findings
+    silent = {n for p in pairs for n in p.silent}
+    if all(p.verdict == FAILED for p in pairs) and not silent:
+        errors = "; ".join(sorted({p.error for p in pairs}))
+        return [*findings, Finding("failed", (), f"no pair could be measured: {errors}")]
     of = {n: [p for p in pairs if n in p.nodes] for n in nodes}
-    # A node none of whose pairs could be measured (and some pair without it could).
-    down = [
-        n
-        for n in nodes
-        if of[n]
-        and all(p.verdict == FAILED for p in of[n])
-        and (len(nodes) > 2 or any("did not answer" in p.error and n in p.error for p in of[n]))
-    ]
+    down = [n for n in nodes if n in silent]
     for n in down:
         reasons = "; ".join(sorted({p.error for p in of[n]}))
-        text = f"{n}: none of its pairs could be measured ({reasons})"
-        findings.append(Finding("down", (n,), text))
+        findings.append(
+            Finding("down", (n,), f"{n}: did not answer, its pairs were not measured ({reasons})")
+        )
+    # A node that answered but failed with every partner (wrong bytes, a job that died on it)
+    # while pairs without it were measured.
+    broken = [
+        n
+        for n in nodes
+        if n not in silent
+        and len(of[n]) >= 2
+        and all(p.verdict == FAILED for p in of[n])
+        and any(p.verdict != FAILED for p in pairs if n not in p.nodes)
+    ]
+    for n in broken:
+        reasons = "; ".join(sorted({p.error for p in of[n] if not p.silent}))
+        findings.append(Finding("node", (n,), f"{n}: failed with every partner ({reasons})"))
+    down += broken
     rest = [p for p in pairs if not set(p.nodes) & set(down)]
     slow_nodes = [n for n in nodes if n not in down and _slow_node(n, rest)]
     for n in slow_nodes:

@@ -150,6 +150,11 @@ def parse_host_specs(texts: Sequence[str]) -> tuple[HostSpec, ...]:
                 f"{other.text!r}{hint}"
             )
         seen[spec.name.lower()] = spec
+    local = [s.text for s in seen.values() if s.local]
+    if len(local) > 1:
+        raise UsageError(
+            f"hosts {', '.join(map(repr, local))}: each is this machine (localhost): name it once"
+        )
     return tuple(seen.values())
 
 

@@ -89,8 +89,22 @@ class HeadSSH:
             # pinned host keys only, whatever ~/.ssh/config says (ssh keeps the first value)
             "-o",
             "StrictHostKeyChecking=yes",
-            *([] if self.known_hosts is None else ["-o", f"UserKnownHostsFile={self.known_hosts}"]),
+            *self._local_pin(),
             *self._common_args(),
+        ]
+
+    def _local_pin(self) -> list[str]:
+        """A local head: only its own keys (no global file), checked for 127.0.0.1 too (ssh
+        skips the check for localhost where ``NoHostAuthenticationForLocalhost`` is set)."""
+        if self.known_hosts is None:
+            return []
+        return [
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "NoHostAuthenticationForLocalhost=no",
         ]
 
     def _common_args(self) -> list[str]:

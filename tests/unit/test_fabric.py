@@ -14,7 +14,7 @@ import pytest
 
 from mpictl import cli, fabric, fabric_rules
 from mpictl.errors import InventoryError, UsageError
-from mpictl.fabric_rules import FAILED, OK, SLOW, Pair, Rate
+from mpictl.fabric_rules import FAILED, OK, SLOW, UNRATED, Pair, Rate
 from tests.unit.jobside import node
 
 # --------------------------------------------------------------------------- the schedule
@@ -82,10 +82,30 @@ def test_a_pair_is_judged_on_its_slower_direction_against_the_slower_end() -> No
 
 
 def test_without_a_known_rate_pairs_are_judged_against_their_median() -> None:
-    pairs = [pair("n1", "n2", 1.0, 1.0), pair("n1", "n3", 0.1, 1.0), pair("n2", "n3", 1.0, 1.1)]
-    fabric_rules.judge(pairs, {"n1": None, "n2": None, "n3": None}, 0.8)
+    """Four nodes and more: one bad node is in fewer than half the pairs, so the median is a
+    healthy pair's figure."""
+    figures = {("n1", "n2"): 1.0, ("n1", "n3"): 1.1, ("n1", "n4"): 0.1}
+    figures |= {("n2", "n3"): 1.0, ("n2", "n4"): 0.12, ("n3", "n4"): 0.1}
+    pairs = [pair(a, b, v, v) for (a, b), v in figures.items()]
+    fabric_rules.judge(pairs, dict.fromkeys(names(4)), 0.8)
     assert {p.expected_source for p in pairs} == {"median of the pairs"}
-    assert [p.verdict for p in pairs] == [OK, SLOW, OK]
+    assert [p.verdict for p in pairs] == [OK, OK, SLOW, OK, SLOW, SLOW]
+    assert [(f.kind, f.subjects) for f in fabric_rules.diagnose(names(4), pairs, 0.8)] == [
+        ("node", ("n4",))
+    ]
+
+
+def test_too_few_nodes_for_a_median_are_unrated_not_ok() -> None:
+    """Three nodes, one slow: it is in two of the three pairs, so their median is its figure and
+    would pass it. Without a known rate such pairs are not judged, and the run is not ok."""
+    pairs = [pair("n1", "n2", 1.1, 1.1), pair("n1", "n3", 0.11, 1.0), pair("n2", "n3", 0.11, 1.0)]
+    fabric_rules.judge(pairs, dict.fromkeys(names(3)), 0.8)
+    assert {p.verdict for p in pairs} == {UNRATED} and {p.ratio for p in pairs} == {None}
+    (finding,) = fabric_rules.diagnose(names(3), pairs, 0.8)
+    assert (finding.kind, finding.subjects) == (UNRATED, ("n1", "n2", "n3"))
+    assert finding.text.endswith("set mpi_link_gbps or --expect")
+    report = fabric.FabricReport(nodes=names(3), pairs=pairs, rounds=3)
+    assert not report.ok
 
 
 # --------------------------------------------------------------------------- the diagnosis
@@ -98,7 +118,8 @@ def judged(ratios: dict[tuple[str, str], float | str], n: int) -> list[Pair]:
     for a, b in itertools.combinations(sorted(rates), 2):
         value = ratios.get((a, b), 1.0)
         if isinstance(value, str):
-            pairs.append(pair(a, b, None, None, error=value))
+            silent = tuple(n for n in (a, b) if value.startswith(f"{n} did not answer"))
+            pairs.append(pair(a, b, None, None, error=value, silent=silent))
         else:
             pairs.append(pair(a, b, value * 1.25, value * 1.25))
     fabric_rules.judge(pairs, rates, 0.8)
@@ -148,6 +169,7 @@ def test_a_node_that_does_not_answer_is_named_and_the_rest_judged() -> None:
     pairs = judged({("n1", "n2"): down, ("n2", "n3"): down, ("n2", "n4"): down}, 4)
     (finding,) = fabric_rules.diagnose(names(4), pairs, 0.8)
     assert (finding.kind, finding.subjects) == ("down", ("n2",))
+    assert finding.text.startswith("n2: did not answer, its pairs were not measured (n2 did not")
     assert "No route to host" in finding.text
     # ... and a slow link among the others is still found.
     pairs = judged(
@@ -289,3 +311,54 @@ def test_a_node_far_below_the_others_is_named_even_when_every_pair_misses() -> N
     # Uniformly slow: no node stands out.
     pairs = judged({("n1", "n2"): 0.3, ("n1", "n3"): 0.25, ("n2", "n3"): 0.35}, 3)
     assert [f.kind for f in fabric_rules.diagnose(names(3), pairs, 0.8)] == ["fabric"]
+
+
+def test_nothing_measured_is_one_finding_not_every_node_down() -> None:
+    error = "the measuring job did not start (exit 1: python: can't open file)"
+    pairs = judged({p: error for p in itertools.combinations(names(3), 2)}, 3)
+    (finding,) = fabric_rules.diagnose(names(3), pairs, 0.8)
+    assert finding.kind == "failed" and finding.text == f"no pair could be measured: {error}"
+
+
+def test_a_job_that_never_started_says_why_on_every_pair() -> None:
+    nodes = [node("node1"), node("node2"), node("node3")]
+    output = (
+        "[1,0]<stderr>: /opt/mpictl/venv/bin/python: can't open file "
+        "'/opt/mpictl/share/jobs/fabric_p2p.py': [Errno 2] No such file or directory\n"
+    )
+    pairs = fabric._pairs_from_job([[(0, 2)], [(0, 1)], [(1, 2)]], nodes, output, 2, "J3")
+    (error,) = {p.error for p in pairs}
+    assert error.startswith(
+        "the measuring job did not start (exit 2: /opt/mpictl/venv/bin/python: can't open file "
+    )
+    assert "lacks fabric_p2p.py: run `mpictl provision` (job J3)" in error
+
+
+def test_a_node_that_answers_but_fails_with_every_partner_is_not_down() -> None:
+    wrong = "{}->n3: wrong bytes received"
+    pairs = judged({("n1", "n3"): wrong.format("n1"), ("n2", "n3"): wrong.format("n2")}, 3)
+    (finding,) = fabric_rules.diagnose(names(3), pairs, 0.8)
+    assert (finding.kind, finding.subjects) == ("node", ("n3",))
+    assert finding.text == (
+        "n3: failed with every partner (n1->n3: wrong bytes received; n2->n3: wrong bytes received)"
+    )
+
+
+def test_short_host_names_place_a_rank_only_when_one_node_has_them() -> None:
+    nodes = [node("gpu01.rack1"), node("gpu01.rack2"), node("10.0.0.3")]
+    exact = {0: "gpu01.rack2", 1: "10.0.0.3", 2: "GPU01.rack1"}
+    assert fabric.rank_nodes(exact, nodes) == {0: "gpu01.rack2", 1: "10.0.0.3", 2: "gpu01.rack1"}
+    assert fabric.rank_nodes({0: "gpu01", 1: "10.0.0.3", 2: "gpu01.rack1"}, nodes) == (
+        "rank 0 ran on 'gpu01', which is not one node of the job"
+    )
+    assert fabric.rank_nodes({0: "n1"}, [node("n1.example.com"), node("n2")]) == (
+        "the ranks did not land one per node"
+    )
+    assert fabric.rank_nodes({0: "10", 1: "n2"}, [node("10.0.0.1"), node("n2")]) == (
+        "rank 0 ran on '10', which is not one node of the job"
+    )
+
+
+def test_the_job_limit_grows_with_the_rounds_and_seconds() -> None:
+    assert fabric.job_timeout(3, 1.0) == 600
+    assert fabric.job_timeout(31, 60) == 31 * (240 + 60)

@@ -447,3 +447,12 @@ def test_init_localhost_probes_this_machine_without_ssh(
     else:
         assert code == 1
         assert "gpu01 (no SSH server)" in err, err
+
+
+def test_this_machine_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu01")
+    with pytest.raises(UsageError) as caught:
+        starter_inventory.parse_host_specs(["localhost", "head=localhost"])
+    assert str(caught.value) == (
+        "hosts 'localhost', 'head=localhost': each is this machine (localhost): name it once"
+    )

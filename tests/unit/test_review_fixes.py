@@ -508,6 +508,12 @@ def test_a_local_head_is_pinned_from_its_own_host_keys(
     argv = ssh.argv("true")
     pinned = argv.index(f"UserKnownHostsFile={ssh.known_hosts}")
     assert pinned < argv.index("UserKnownHostsFile=/dev/null")  # ssh keeps the first value
+    # Neither the global file nor a ~/.ssh/config that skips localhost's key can relax it.
+    assert argv[pinned + 2 : pinned + 5] == [
+        "GlobalKnownHostsFile=/dev/null",
+        "-o",
+        "NoHostAuthenticationForLocalhost=no",
+    ]
     assert argv[-4:] == ["-l", ssh.user, "127.0.0.1", "true"]
     # On another port the entry is [host]:port, as ssh looks it up.
     remote.local_known_hosts(node("gpu01", port=2222, local=True))
