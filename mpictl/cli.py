@@ -319,6 +319,14 @@ def doctor(inventory: InventoryOpt = None, as_json: JsonOpt = False) -> None:
         )
 
 
+def _echo_report(data: dict[str, Any], plot: Path | None, results: Path | None) -> None:
+    """``--json`` of bench and fabric: the report, the plot's path and the kept results' path."""
+    import json
+
+    extra = {"plot": str(plot) if plot else None, "results": str(results) if results else None}
+    typer.echo(json.dumps({**data, **extra}, indent=2))
+
+
 @app.command()
 def bench(
     inventory: InventoryOpt = None,
@@ -328,7 +336,6 @@ def bench(
     ppn: Annotated[int, typer.Option(help="Ranks per node.")] = 1,
 ) -> None:
     """Allreduce sweep (8 B..256 MiB): latency, algbw, busbw; iperf3 link limit; PNG plot."""
-    import json
 
     from mpictl import bench as bench_mod
     from mpictl import ui
@@ -343,16 +350,7 @@ def bench(
     if plot is not None:
         bench_mod.plot(report, plot)
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    **report.to_json(),
-                    "plot": str(plot) if plot else None,
-                    "results": str(report.results_path),
-                },
-                indent=2,
-            )
-        )
+        _echo_report(report.to_json(), plot, report.results_path)
         return
     ui.console.print(ui.bench_table(report))
     typer.echo(bench_mod.summary(report))
@@ -392,7 +390,6 @@ def fabric(
     """Measure every pair of nodes (MPI point-to-point both ways, latency, iperf3) in rounds of
     disjoint pairs, judge each against its expected rate, and name the slow node or link.
     Exit 0 when every pair is ok, 1 otherwise."""
-    import json
 
     from mpictl import bench as bench_mod
     from mpictl import fabric as fabric_mod
@@ -416,16 +413,7 @@ def fabric(
     if plot is not None:
         fabric_mod.plot(report, plot)
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    **report.to_json(),
-                    "plot": str(plot) if plot else None,
-                    "results": str(report.results_path) if report.results_path else None,
-                },
-                indent=2,
-            )
-        )
+        _echo_report(report.to_json(), plot, report.results_path)
     else:
         ui.console.print(ui.fabric_table(report))
         for line in fabric_mod.summary(report):

@@ -183,9 +183,10 @@ def judge(pairs: Sequence[Pair], rates: Mapping[str, Rate | None], threshold: fl
 
 @dataclass(frozen=True)
 class Finding:
-    """One conclusion: ``kind`` is ``node`` (slow with every partner), ``down`` (no pair of it
-    could be measured), ``pair`` (a link or pair), ``fabric`` (everything slow), ``failed``
-    (nothing could be measured) or ``ok``."""
+    """One conclusion: ``kind`` is ``node`` (slow or failed with every partner), ``down`` (did
+    not answer: its pairs were not measured), ``pair`` (a link or pair), ``fabric`` (everything
+    equally slow), ``failed`` (nothing could be measured), ``unrated`` (no expectation) or
+    ``ok``."""
 
     kind: str
     subjects: tuple[str, ...]
