@@ -397,7 +397,6 @@ def fabric(
     from mpictl.errors import CheckFailed
     from mpictl.inventory import load_inventory
 
-    fabric_mod.check_options(threshold, expect, size, seconds)
     if plot is not None:  # before the measurement, not after it
         bench_mod.check_plot_path(plot)
         bench_mod.check_plotting()

@@ -190,19 +190,14 @@ def rank_nodes(hosts: Mapping[int, str], nodes: Sequence[Node]) -> dict[int, str
     return out
 
 
-def untagged(output: str) -> str:
-    """A job's output without mpirun's ``[job,rank]<stream>:`` tags (:mod:`mpictl.ranks`)."""
-    tag = ranks.TAGS["mpirun"]
-    return "\n".join(tag.sub("", line) for line in output.splitlines())
-
-
 def _pairs_from_job(
     plan: Schedule, nodes: Sequence[Node], output: str, exit_code: int, job_id: str
 ) -> list[Pair]:
     hosts, records = parse_output(output)
-    placed = rank_nodes(hosts, nodes)
-    if not hosts:  # the program never started: say why, once, on every pair
-        said = remote.last_line(untagged(output)) or "no output"
+    if hosts:
+        placed = rank_nodes(hosts, nodes)
+    else:  # the program never started: say why, once, on every pair
+        said = remote.last_line(ranks.untagged(output)) or "no output"
         placed = (
             f"the measuring job did not start (exit {exit_code}: {said}); a cluster provisioned "
             f"by an older mpictl lacks {PROGRAM}: run `mpictl provision`"

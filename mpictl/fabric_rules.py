@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mpictl import inputs
+from mpictl import inputs, network
 from mpictl.errors import InventoryError
 from mpictl.inventory import Node
 
@@ -92,8 +92,7 @@ def nic_speed(node: Node, interface: str | None) -> float | None:
     ``speed`` is in Mb/s, -1 or absent when the driver does not say)."""
     if not interface:
         return None
-    data = node.facts.get("ansible_" + interface.replace("-", "_").replace(".", "_")) or {}
-    speed = data.get("speed") if isinstance(data, Mapping) else None
+    speed = network.interface_facts(node.facts, interface).get("speed")
     if isinstance(speed, bool) or not isinstance(speed, (int, float)) or speed <= 0:
         return None
     return float(speed) / 1000

@@ -65,6 +65,13 @@ def nets_from_addresses(pairs: Iterable[Sequence[str]]) -> dict[str, ipaddress.I
     return out
 
 
+def interface_facts(facts: Mapping[str, Any] | None, name: str) -> Mapping[str, Any]:
+    """Ansible's facts of one interface (``ansible_<name>``, with ``-`` and ``.`` as ``_``);
+    empty when there are none."""
+    data = (facts or {}).get("ansible_" + str(name).replace("-", "_").replace(".", "_"))
+    return data if isinstance(data, Mapping) else {}
+
+
 def nets_from_facts(facts: Mapping[str, Any] | None) -> dict[str, ipaddress.IPv4Network]:
     """interface -> IPv4 network of a node from its cached Ansible facts."""
     out: dict[str, ipaddress.IPv4Network] = {}
@@ -74,8 +81,7 @@ def nets_from_facts(facts: Mapping[str, Any] | None) -> dict[str, ipaddress.IPv4
     if default.get("interface") and default["interface"] not in names:
         names.append(default["interface"])
     for name in names:
-        data = facts.get("ansible_" + str(name).replace("-", "_").replace(".", "_")) or {}
-        ipv4 = data.get("ipv4") if isinstance(data, Mapping) else None
+        ipv4 = interface_facts(facts, name).get("ipv4")
         if not ipv4 and default.get("interface") == name:
             ipv4 = default
         if not isinstance(ipv4, Mapping) or not ipv4.get("address"):

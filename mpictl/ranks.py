@@ -34,6 +34,13 @@ def split(text: str, launcher: str = "mpirun") -> dict[int, dict[str, list[str]]
     return out
 
 
+def untagged(text: str, launcher: str = "mpirun") -> str:
+    """The job's output with every rank's tag removed (lines without one, such as the
+    launcher's own, kept as they are)."""
+    tag = TAGS[launcher]
+    return "\n".join(tag.sub("", line) for line in text.splitlines())
+
+
 def _lines(text: str) -> list[str]:
     """Lines as mpirun tags them: ended by a newline only (a progress bar's carriage returns
     stay inside the line)."""

@@ -201,13 +201,16 @@ def local_known_hosts(node: Node) -> Path:
             f"ssh as the MPI user, but it has no SSH host key ({HOST_KEYS}): install and start "
             "openssh-server, then `mpictl provision`"
         )
-    target = paths.state_dir() / "known_hosts.local"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    what = "the local head's pinned host keys"
+    target = paths.ensure_dir(paths.state_dir(), what) / "known_hosts.local"
     text = "".join(keys)
-    if not target.is_file() or target.read_text() != text:
-        tmp = target.with_name(f".{target.name}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, target)
+    try:
+        if not target.is_file() or target.read_text() != text:
+            tmp = target.with_name(f".{target.name}.{os.getpid()}")
+            tmp.write_text(text)
+            os.replace(tmp, target)
+    except OSError as exc:
+        raise paths.unusable(target.parent, what, exc) from None
     return target
 
 

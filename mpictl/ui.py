@@ -147,10 +147,16 @@ def failure_summary(result: RunResult) -> str:
     )
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], **kwargs: Any) -> Table:
+def _table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[str] = (),
+    **kwargs: Any,
+) -> Table:
+    """A table of plain-text cells; the columns named in ``right`` are right-justified."""
     table = Table(**kwargs)
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", justify="right" if column in right else "left")
     for row in rows:
         table.add_row(*(Text(str(cell)) for cell in row))  # [host] in a cell is text, not markup
     return table
@@ -235,22 +241,16 @@ def fabric_table(report: FabricReport) -> Table:
     """Every pair of ``mpictl fabric``: MPI both ways, latency, iperf3, expectation, verdict."""
     from mpictl.fabric import table_rows
 
-    columns = (
-        "pair",
+    numbers = (
         "a->b (GB/s)",
         "b->a (GB/s)",
         "latency (us)",
         "TCP a->b (GB/s)",
         "expected (Gbit/s)",
         "ratio",
-        "verdict",
     )
-    table = Table(title=f"MPI point-to-point, {len(report.nodes)} nodes, {report.rounds} rounds")
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("pair", "verdict") else "right")
-    for row in table_rows(report):
-        table.add_row(*(escape(cell) for cell in row))
-    return table
+    title = f"MPI point-to-point, {len(report.nodes)} nodes, {report.rounds} rounds"
+    return _table(("pair", *numbers, "verdict"), table_rows(report), numbers, title=title)
 
 
 def host_check_table(rows: Sequence[Sequence[str]]) -> Table:

@@ -532,3 +532,20 @@ def test_a_local_head_without_an_ssh_server_is_a_job_error(
         remote.HeadSSH.for_cluster(cluster(node("gpu01", local=True)), key=key)
     assert "gpu01 is this machine (ansible_connection: local)" in str(caught.value)
     assert "install and start openssh-server" in str(caught.value)
+
+
+def test_a_local_head_pin_in_an_unusable_state_dir_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    etc = tmp_path / "etc_ssh"
+    etc.mkdir()
+    (etc / "ssh_host_ed25519_key.pub").write_text("ssh-ed25519 AAAAC3Nz root@gpu01\n")
+    monkeypatch.setattr(remote, "HOST_KEYS", str(etc / "ssh_host_*_key.pub"))
+    blocker = tmp_path / "state-is-a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("MPICTL_STATE_DIR", str(blocker))
+    with pytest.raises(errors.UsageError) as caught:
+        remote.local_known_hosts(node("gpu01", local=True))
+    message = str(caught.value)
+    assert "\n" not in message and "the local head's pinned host keys" in message
+    assert "MPICTL_STATE_DIR" in message
