@@ -5,11 +5,16 @@ verdict that names the bad node or link (the rules, pure, in :mod:`mpictl.fabric
   cluster's OpenMPI, transport and interface rule, recorded) measures each pair's point-to-point
   bandwidth in both directions and its latency, in rounds of disjoint pairs; ranks are placed by
   the host each reports (mpirun may put rank 0 on the head whatever the order given).
+- On GPU nodes, NCCL point-to-point between one GPU of each end, per RDMA port, in the same
+  rounds (:mod:`mpictl.fabric_nccl`): judged like the MPI figures, each port against its rate.
 - Then iperf3, round by round, gives each pair's TCP figure as the link's reference (shown, not
   judged).
 - A node that does not answer before the job fails its pairs and is named; the others are
   measured. A job that ends early fails the pairs it did not reach.
 - The report (table rows, JSON, heat-map) is kept as ``fabric.json`` beside the job record.
+
+Size: the report, its table and heat-map, and the run of its three measurements in order stay
+together; the NCCL part and the rules live in their own modules.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import bench, inputs, network, planner, ranks, remote, submit
+from mpictl import bench, fabric_nccl, inputs, network, planner, ranks, remote, submit
 from mpictl import settings as cluster_settings
 from mpictl.errors import Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
@@ -34,9 +39,10 @@ from mpictl.fabric_rules import (
     UNRATED,
     Finding,
     Pair,
+    Rate,
     Schedule,
-    diagnose,
-    judge,
+    diagnose_all,
+    judge_all,
     node_rates,
     schedule,
 )
@@ -69,7 +75,7 @@ class FabricReport:
 
     @property
     def ok(self) -> bool:
-        return bool(self.pairs) and all(p.verdict == OK for p in self.pairs)
+        return bool(self.pairs) and all(p.overall == OK for p in self.pairs)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +98,25 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _nccl_cell(p: Pair) -> str:
+    """The pair's NCCL figures (GB/s): one, or the slowest of its ports with their count."""
+    if not p.nccl:
+        return "-"
+    figures = [n.slower_GBps for n in p.nccl]
+    if any(f is None for f in figures):
+        return "failed"
+    low = min(f for f in figures if f is not None)
+    return f"{low:.2f}" if len(figures) == 1 else f"{low:.2f} (min of {len(figures)} ports)"
+
+
+def _verdict_cell(p: Pair) -> str:
+    text = p.overall if not p.error else f"{p.overall}: {p.error}"
+    for n in p.nccl:
+        if n.verdict != OK:
+            text += f"; {n.via} {n.verdict}" + (f": {n.error}" if n.error else "")
+    return text
+
+
 def table_rows(report: FabricReport) -> list[tuple[str, ...]]:
     rows = []
     for p in report.pairs:
@@ -105,9 +130,10 @@ def table_rows(report: FabricReport) -> list[tuple[str, ...]]:
                 _num(p.ba_GBps, ".3f"),
                 _num(p.latency_us, ".1f"),
                 _num(p.tcp_GBps, ".3f") if not p.tcp_error else "n/a",
+                _nccl_cell(p),
                 expected,
                 _num(p.ratio, ".2f"),
-                p.verdict if not p.error else f"{p.verdict}: {p.error}",
+                _verdict_cell(p),
             )
         )
     return rows
@@ -302,20 +328,17 @@ def run_fabric(
     head.check_reachable()
 
     report = FabricReport(nodes=names, threshold=threshold)
-    answers = remote.run_on_nodes(head, [n.address for n in nodes], "true", timeout=60)
-    silent = [n for n in nodes if n.address not in answers or not answers[n.address].ok]
-    live = [n for n in nodes if n not in silent]
+    facts, silent = fabric_nccl.probe(head, nodes)  # GPUs, nccl-tests, RDMA ports; who answers
+    live = [n for n in nodes if n.name not in silent]
+    ports = fabric_nccl.port_rates(facts, expect)
     pairs: list[Pair] = []
     for i, a in enumerate(nodes):  # the pairs of a node that did not answer: never scheduled
         for b in nodes[i + 1 :]:
-            gone = [n for n in (a, b) if n in silent]
+            gone = [n.name for n in (a, b) if n.name in silent]
             if gone:
-                why = "; ".join(f"{n.name} {NOT_ANSWERING} ({answers[n.address].error})"
-                                if n.address in answers else f"{n.name} {NOT_ANSWERING}"
+                why = "; ".join(f"{n} {NOT_ANSWERING}" + (f" ({silent[n]})" if silent[n] else "")
                                 for n in gone)  # fmt: skip
-                pairs.append(
-                    Pair(a.name, b.name, -1, error=why, silent=tuple(n.name for n in gone))
-                )
+                pairs.append(Pair(a.name, b.name, -1, error=why, silent=tuple(gone)))
     plan = schedule(len(live))
     report.rounds = len(plan)
     if len(live) >= 2:
@@ -340,10 +363,21 @@ def run_fabric(
         pairs += measured
         report.results_path = record.directory / RESULTS_FILE
         report.transport = transport_of(record.mpirun)
-        _settle(report, pairs, names, rates, clock() - started)  # kept before iperf3 runs
+        _settle(report, pairs, names, rates, ports, clock() - started)  # kept before the rest
+        steps, known = fabric_nccl.plan(
+            cluster, live, facts, plan, net, result.job_id, settings=settings
+        )
+        if steps or known:
+            try:
+                known += fabric_nccl.run(head, steps)
+            except JobError as exc:
+                known += [Pair(m.a, m.b, m.round, via=m.via, error=str(exc))
+                          for step in steps for m in step]  # fmt: skip
+            fabric_nccl.attach(measured, known)
+            _settle(report, pairs, names, rates, ports, clock() - started)
         if tcp:
             _measure_tcp(head, plan, live, measured)
-    _settle(report, pairs, names, rates, clock() - started)
+    _settle(report, pairs, names, rates, ports, clock() - started)
     return report
 
 
@@ -352,16 +386,17 @@ def _settle(
     pairs: list[Pair],
     names: Sequence[str],
     rates: Mapping[str, Any],
+    ports: Mapping[tuple[str, str], Rate],
     seconds: float,
 ) -> None:
     """Order, judge and diagnose the pairs; write ``fabric.json`` with the job record."""
     order = {n: i for i, n in enumerate(names)}
-    for p in pairs:  # a pair reads in the order of the job's nodes
+    for p in [*pairs, *(n for q in pairs for n in q.nccl)]:  # in the order of the job's nodes
         if order[p.a] > order[p.b]:
             p.a, p.b, p.ab_GBps, p.ba_GBps = p.b, p.a, p.ba_GBps, p.ab_GBps
     report.pairs = sorted(pairs, key=lambda p: (order[p.a], order[p.b]))
-    judge(report.pairs, rates, report.threshold)
-    report.findings = diagnose(names, report.pairs, report.threshold)
+    judge_all(report.pairs, rates, ports, report.threshold)
+    report.findings = diagnose_all(names, report.pairs, report.threshold)
     report.seconds = seconds
     if report.results_path is not None:
         report.results_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
@@ -385,7 +420,7 @@ def transport_of(mpirun: str) -> str:
 def summary(report: FabricReport) -> list[str]:
     """The verdict's lines: one per finding, then the totals."""
     verdicts = [OK, SLOW, FAILED, UNRATED]
-    counts = {v: sum(p.verdict == v for p in report.pairs) for v in verdicts}
+    counts = {v: sum(p.overall == v for p in report.pairs) for v in verdicts}
     totals = ", ".join(f"{counts[v]} {v}" for v in verdicts if counts[v] or v != UNRATED)
     lines = [f.text for f in report.findings]
     lines.append(

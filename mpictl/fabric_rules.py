@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mpictl import inputs, network
 from mpictl.errors import InventoryError
@@ -139,6 +139,10 @@ class Pair:
     expected_source: str = ""
     ratio: float | None = None  # slower direction / expectation
     verdict: str = ""
+    # "" for MPI point-to-point; "NCCL" (the NICs NCCL picked) or "NCCL mlx5_0:1" (one port) for
+    # an NCCL measurement between one GPU of each end, kept in its MPI pair's ``nccl``
+    via: str = ""
+    nccl: list[Pair] = field(default_factory=list)
 
     @property
     def slower_GBps(self) -> float | None:
@@ -148,6 +152,15 @@ class Pair:
     @property
     def nodes(self) -> tuple[str, str]:
         return self.a, self.b
+
+    @property
+    def overall(self) -> str:
+        """The worst verdict of the pair's measurements (MPI's and each NCCL one)."""
+        verdicts = [self.verdict, *(n.verdict for n in self.nccl)]
+        return min(verdicts, key=lambda v: _WORST.get(v, len(_WORST)))
+
+
+_WORST = {FAILED: 0, SLOW: 1, UNRATED: 2, OK: 3}
 
 
 def judge(pairs: Sequence[Pair], rates: Mapping[str, Rate | None], threshold: float) -> None:
@@ -182,7 +195,8 @@ def judge(pairs: Sequence[Pair], rates: Mapping[str, Rate | None], threshold: fl
 
 @dataclass(frozen=True)
 class Finding:
-    """One conclusion: ``kind`` is ``node`` (slow or failed with every partner), ``down`` (did
+    """One conclusion: ``kind`` is ``node`` (slow or failed with every partner), ``nic`` (a node's
+    port slow or failed with every partner, NCCL over that port), ``down`` (did
     not answer: its pairs were not measured), ``pair`` (a link or pair), ``fabric`` (everything
     equally slow), ``failed`` (nothing could be measured), ``unrated`` (no expectation) or
     ``ok``."""
@@ -190,6 +204,65 @@ class Finding:
     kind: str
     subjects: tuple[str, ...]
     text: str
+
+
+def judge_all(
+    pairs: Sequence[Pair],
+    rates: Mapping[str, Rate | None],
+    port_rates: Mapping[tuple[str, str], Rate | None],
+    threshold: float,
+) -> None:
+    """:func:`judge` the MPI pairs against ``rates``, and each NCCL measurement against its
+    port's rate (``port_rates[(node, "mlx5_0:1")]``; ``rates`` where NCCL picked the NICs)."""
+    judge(pairs, rates, threshold)
+    for via, group in nccl_groups(pairs).items():
+        port = via.partition(" ")[2]
+        if port:
+            group_rates = {n: port_rates.get((n, port)) for p in group for n in p.nodes}
+        else:
+            group_rates = dict(rates)
+        judge(group, group_rates, threshold)
+
+
+def nccl_groups(pairs: Sequence[Pair]) -> dict[str, list[Pair]]:
+    """The NCCL measurements of the pairs by what they went over (``via``), in order."""
+    groups: dict[str, list[Pair]] = {}
+    for pair in pairs:
+        for link in pair.nccl:
+            groups.setdefault(link.via, []).append(link)
+    return groups
+
+
+def diagnose_all(nodes: Sequence[str], pairs: Sequence[Pair], threshold: float) -> list[Finding]:
+    """:func:`diagnose` the MPI pairs, then each NCCL group on its own (one port of every GPU
+    node, or the NICs NCCL picked): a node slow on one port with every partner is named with the
+    port (``nic``). One ``ok`` finding when everything is ok."""
+    groups = {"": list(pairs), **nccl_groups(pairs)}
+    if all(p.verdict == OK for group in groups.values() for p in group):
+        vias = ", ".join(["MPI", *(v for v in groups if v)])
+        count = sum(len(g) for g in groups.values())
+        return [
+            Finding(
+                "ok",
+                (),
+                f"every pair is within {threshold:.0%} of its expected rate "
+                f"({len(pairs)} pairs; {count} measurements: {vias})",
+            )
+        ]
+    findings: list[Finding] = []
+    for via, group in groups.items():
+        names = [n for n in nodes if any(n in p.nodes for p in group)]
+        port = via.partition(" ")[2]
+        for found in diagnose(names, group, threshold):
+            if found.kind == "ok":
+                continue
+            if not via:
+                findings.append(found)
+            elif port and found.kind == "node":
+                findings.append(Finding("nic", (*found.subjects, port), f"{via}: {found.text}"))
+            else:
+                findings.append(Finding(found.kind, found.subjects, f"{via}: {found.text}"))
+    return findings
 
 
 def _describe(pairs: Sequence[Pair]) -> str:

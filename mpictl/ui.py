@@ -238,7 +238,8 @@ def bench_table(report: BenchReport) -> Table:
 
 
 def fabric_table(report: FabricReport) -> Table:
-    """Every pair of ``mpictl fabric``: MPI both ways, latency, iperf3, expectation, verdict."""
+    """Every pair of ``mpictl fabric``: MPI both ways, latency, iperf3, NCCL on GPU nodes,
+    expectation, verdict."""
     from mpictl.fabric import table_rows
 
     numbers = (
@@ -246,11 +247,17 @@ def fabric_table(report: FabricReport) -> Table:
         "b->a (GB/s)",
         "latency (us)",
         "TCP a->b (GB/s)",
+        "NCCL (GB/s)",
         "expected (Gbit/s)",
         "ratio",
     )
-    title = f"MPI point-to-point, {len(report.nodes)} nodes, {report.rounds} rounds"
-    return _table(("pair", *numbers, "verdict"), table_rows(report), numbers, title=title)
+    title = f"point-to-point, {len(report.nodes)} nodes, {report.rounds} rounds"
+    columns, rows = ("pair", *numbers, "verdict"), table_rows(report)
+    if not any(p.nccl for p in report.pairs):  # no GPU pair: no NCCL column
+        drop = columns.index("NCCL (GB/s)")
+        columns = columns[:drop] + columns[drop + 1 :]
+        rows = [row[:drop] + row[drop + 1 :] for row in rows]
+    return _table(columns, rows, numbers, title=title)
 
 
 def host_check_table(rows: Sequence[Sequence[str]]) -> Table:

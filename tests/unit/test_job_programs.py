@@ -33,6 +33,8 @@ NODE_PROGRAMS = [
     "doctor_slurm.py",
     "artifact_fanout.py",
     "fabric_p2p.py",
+    "fabric_node.sh",
+    "fabric_nccl.py",
 ]
 
 
@@ -437,3 +439,36 @@ def test_the_mpi_library_line_loses_the_nul_mpi4py_4_leaves_on_it(tmp_path: Path
     got = json.loads(proc.stdout)
     assert got["mpi4py"] == "4.1.2"
     assert got["mpi4py_library"] == "Open MPI v5.0.7, package: Open MPI root@node1 Distribution"
+
+
+def test_the_fabric_node_probe_counts_gpus_and_finds_nccl_tests(tmp_path: Path) -> None:
+    """As fabric runs it (``sh -s``, the program on stdin), with a stub ``nvidia-smi -L`` of two
+    GPUs and ``sendrecv_perf`` on PATH; this machine's /sys has no RDMA ports (none printed)."""
+    bindir = fake_bin(
+        tmp_path,
+        "nvidia-smi",
+        'echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\n'
+        'echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"\n',
+    )
+    fake_bin(tmp_path, "sendrecv_perf", "exit 0\n")
+    proc = subprocess.run(
+        ["sh", "-s"],
+        input=programs.source("fabric_node.sh"),
+        capture_output=True,
+        text=True,
+        env=with_path(bindir),
+        check=True,
+    )
+    from mpictl import fabric_nccl
+
+    facts = fabric_nccl.parse_node(proc.stdout)
+    assert facts.gpus == 2 and facts.nccl_tests == str(bindir / "sendrecv_perf")
+    bare = subprocess.run(
+        ["sh", "-s"],
+        input=programs.source("fabric_node.sh"),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    assert bare.stdout.startswith("gpus 0\nnccl-tests none\n")
