@@ -1,12 +1,18 @@
 """``mpictl bench``: allreduce bandwidth across nodes, against the TCP link limit.
 
-- The sweep runs ``bench_allreduce.py`` (mpi4py, installed by the mpi_jobs role) with one rank per
-  node (``--ppn 1``) through mpictl's launcher, 8 B to 256 MiB by powers of two.
+- The sweep runs through mpictl's launcher, 8 B to 256 MiB by powers of two, with one of two
+  engines: ``mpi``, ``bench_allreduce.py`` (mpi4py, installed by the mpi_jobs role; one rank per
+  node unless ``--ppn``), or ``nccl``, nccl-tests' ``all_reduce_perf`` (the nccl_tests role;
+  one rank per GPU, ``-g 1``, results checked). ``auto`` takes ``nccl`` where every node has
+  GPUs and the head finds ``all_reduce_perf`` on its PATH, else ``mpi``.
 - Definitions as in nccl-tests: algbw = bytes / time; busbw = algbw * 2(n-1)/n for allreduce
   (n ranks), the figure comparable to the link bandwidth.
 - The link limit: iperf3 between the first two nodes (server on the second, client on the first),
   run from the head as the MPI user; ratio = busbw / limit.
 - The plot (PNG) is drawn on the controller with matplotlib.
+
+Size: both engines' sweeps, the link limit, the report with its table, plot and JSON belong to
+one command; the iperf3 driver's client side (``measure_links``) is shared with fabric.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import inputs, planner, programs, remote, submit
+from mpictl import inputs, nccl_tests, planner, programs, ranks, remote, submit
 from mpictl import settings as cluster_settings
 from mpictl.errors import CheckFailed, Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
@@ -33,6 +39,11 @@ REPORT_BYTES = 64 * 1024 * 1024
 RESULTS_FILE = "bench.json"
 IPERF_PORT = 5201
 IPERF_SECONDS = 3
+ENGINES = ("auto", "mpi", "nccl")
+ENGINE_TEXT = {
+    "mpi": "MPI_Allreduce (mpi4py, host memory)",
+    "nccl": "NCCL allreduce (nccl-tests all_reduce_perf, one rank per GPU)",
+}
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class BenchReport:
     link_error: str = ""
     job_id: str = ""
     results_path: Path | None = None  # bench.json in the job record's directory
+    engine: str = "mpi"  # what measured the sweep: mpi or nccl (ENGINE_TEXT)
 
     def at(self, nbytes: int) -> Point | None:
         return next((p for p in self.points if p.bytes == nbytes), None)
@@ -96,6 +108,8 @@ class BenchReport:
     def to_json(self) -> dict[str, Any]:
         at64 = self.at(REPORT_BYTES)
         return {
+            "engine": self.engine,
+            "measured": ENGINE_TEXT.get(self.engine, self.engine),
             "hosts": self.hosts,
             "job": self.job_id,
             "points": [
@@ -135,6 +149,48 @@ def parse_points(output: str) -> tuple[list[Point], list[str]]:
         )
         hosts = [str(h) for h in rec.get("hosts") or hosts]
     return points, hosts
+
+
+def parse_nccl_points(output: str, ranks_count: int) -> list[Point]:
+    """Sweep points from ``all_reduce_perf``'s table (rank 0 prints it; out of place)."""
+    by_rank = ranks.split(output)
+    lines = [line for r in sorted(by_rank) for line in by_rank[r]["stdout"]]
+    return [
+        Point(
+            bytes=row.bytes,
+            ranks=ranks_count,
+            time_s=row.time_us / 1e6,
+            iters=NCCL_ITERS,
+            ok=row.wrong == 0,
+        )
+        for row in nccl_tests.parse(lines).rows
+        if row.time_us > 0
+    ]
+
+
+NCCL_ITERS = 20
+
+
+def pick_engine(cluster: Cluster, head: remote.HeadSSH, engine: str) -> str:
+    """``mpi`` or ``nccl`` for ``engine`` (auto: nccl where every node has GPUs and the head has
+    ``all_reduce_perf`` on its PATH); CheckFailed when nccl is asked for and cannot run."""
+    if engine == "mpi":
+        return "mpi"
+    gpus = all((n.gpus or 0) > 0 for n in cluster.nodes)
+    if engine == "auto" and not gpus:
+        return "mpi"
+    found = head.run(f"command -v {nccl_tests.ALL_REDUCE}", timeout=30).returncode == 0
+    if gpus and found:
+        return "nccl"
+    if engine == "auto":
+        return "mpi"
+    if not gpus:
+        without = ", ".join(n.name for n in cluster.nodes if not n.gpus)
+        raise CheckFailed(f"--engine nccl: no GPUs known on {without} (facts: mpictl provision)")
+    raise CheckFailed(
+        f"--engine nccl: {nccl_tests.ALL_REDUCE} is not on the PATH of {head.node.name}: run "
+        "`mpictl provision` (the nccl_tests role installs nccl-tests where NCCL is)"
+    )
 
 
 def parse_iperf(text: str) -> float:
@@ -198,20 +254,25 @@ def run_bench(
     *,
     min_bytes: int = MIN_BYTES,
     max_bytes: int = MAX_BYTES,
-    ppn: int = 1,
+    ppn: int | None = None,
     timeout: float = 900,
+    engine: str = "auto",
     on_output: OutputHandler | None = None,
 ) -> BenchReport:
     if min_bytes < 4 or max_bytes < min_bytes or max_bytes > MAX_SWEEP_BYTES:
         raise UsageError(
             f"bad size range {min_bytes}..{max_bytes} (need 4 <= min <= max <= {MAX_SWEEP_BYTES})"
         )
-    inputs.integer("--ppn", ppn, minimum=1, maximum=MAX_PPN)
+    if ppn is not None:
+        inputs.integer("--ppn", ppn, minimum=1, maximum=MAX_PPN)
     inputs.seconds("bench's timeout", timeout)
+    if engine not in ENGINES:
+        choices = ", ".join(ENGINES)
+        raise UsageError(f"--engine must be one of {choices}, got {inputs.quoted(engine)}")
     if len(cluster.nodes) < 2:
         raise UsageError("bench needs at least two nodes (it measures the link between them)")
     settings = cluster_settings.for_cluster(cluster)
-    options = LaunchOptions(
+    mpi_options = LaunchOptions(
         command=[
             settings.venv_python,
             "-u",
@@ -219,13 +280,24 @@ def run_bench(
             str(min_bytes),
             str(max_bytes),
         ],
-        ppn=ppn,
+        ppn=ppn or 1,
         timeout=timeout,
     )
-    planner.plan(cluster, options, "check", settings=settings)  # bad options: before any contact
+    # One rank per GPU (the fewest any node has), or --ppn.
+    gpu_ppn = ppn or min(max(1, min(n.gpus or 1, n.slots or 1)) for n in cluster.nodes)
+    nccl_options = LaunchOptions(
+        command=nccl_tests.command(
+            nccl_tests.ALL_REDUCE, min_bytes, max_bytes, iters=NCCL_ITERS, warmup=5
+        ),
+        ppn=gpu_ppn,
+        timeout=timeout,
+    )
+    for options in (mpi_options, nccl_options) if engine != "mpi" else (mpi_options,):
+        planner.plan(cluster, options, "check", settings=settings)  # before any contact
     head = remote.HeadSSH.for_cluster(cluster)
     head.check_reachable()
-    report = BenchReport()
+    report = BenchReport(engine=pick_engine(cluster, head, engine))
+    options = nccl_options if report.engine == "nccl" else mpi_options
     result, record = submit.submit(
         cluster,
         options,
@@ -237,7 +309,12 @@ def run_bench(
     if result.status == "interrupted":
         raise Interrupted(f"bench interrupted (job {job_id})", result.exit_code)
     report.job_id = job_id
-    report.points, report.hosts = parse_points(record.output_path.read_text(errors="replace"))
+    output = record.output_path.read_text(errors="replace")
+    if report.engine == "nccl":
+        report.points = parse_nccl_points(output, gpu_ppn * len(cluster.nodes))
+        report.hosts = [n.name for n in cluster.nodes]
+    else:
+        report.points, report.hosts = parse_points(output)
     if result.exit_code != 0 or not report.points:
         raise CheckFailed(
             f"allreduce sweep failed (exit {result.exit_code}); see `mpictl jobs logs {job_id}`"
@@ -305,7 +382,8 @@ def plot(report: BenchReport, path: Path) -> Path:
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("GB/s")
     ranks = report.points[0].ranks if report.points else 0
-    ax.set_title(f"MPI_Allreduce, {ranks} ranks on {', '.join(report.hosts)}")
+    what = "NCCL allreduce" if report.engine == "nccl" else "MPI_Allreduce"
+    ax.set_title(f"{what}, {ranks} ranks on {', '.join(report.hosts)}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -333,7 +333,17 @@ def bench(
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG plot here.")] = None,
     as_json: JsonOpt = False,
     max_size: Annotated[int, typer.Option(help="Largest message in bytes.")] = 256 * 1024 * 1024,
-    ppn: Annotated[int, typer.Option(help="Ranks per node.")] = 1,
+    ppn: Annotated[
+        int | None,
+        typer.Option(help="Ranks per node (default: 1 for mpi, one per GPU for nccl)."),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="auto (nccl-tests where every node has GPUs and all_reduce_perf is installed), "
+            "mpi (mpi4py, host memory) or nccl.",
+        ),
+    ] = "auto",
 ) -> None:
     """Allreduce sweep (8 B..256 MiB): latency, algbw, busbw; iperf3 link limit; PNG plot."""
 
@@ -345,7 +355,7 @@ def bench(
         bench_mod.check_plot_path(plot)
         bench_mod.check_plotting()
     report = bench_mod.run_bench(
-        load_inventory(inventory_path(inventory)), max_bytes=max_size, ppn=ppn
+        load_inventory(inventory_path(inventory)), max_bytes=max_size, ppn=ppn, engine=engine
     )
     if plot is not None:
         bench_mod.plot(report, plot)
@@ -353,6 +363,7 @@ def bench(
         _echo_report(report.to_json(), plot, report.results_path)
         return
     ui.console.print(ui.bench_table(report))
+    typer.echo(f"measured: {bench_mod.ENGINE_TEXT.get(report.engine, report.engine)}")
     typer.echo(bench_mod.summary(report))
     if plot is not None:
         typer.echo(f"plot: {plot}")

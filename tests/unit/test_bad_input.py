@@ -119,6 +119,8 @@ def test_an_output_dir_under_a_file_is_refused_as_root_too(hostile: Hostile) -> 
         (["bench", "--max-size", str(1 << 40)], "size range"),
         (["bench", "--plot", "/nonexistent-mpictl/dir/x.png"], "--plot"),
         (["bench", "--plot", "report.txt"], ".png"),
+        (["bench", "--engine", "gpu"], "--engine"),
+        (["bench", "--engine", "\x1b[31mnccl"], "--engine"),
         (["hostfile", "--format", "slurm"], "format"),
     ],
 )
