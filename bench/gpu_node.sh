@@ -10,8 +10,8 @@
 #   - mpictl doctor, mpictl smoke --suite all (smoke requires ranks on >= 2 hosts, so on one
 #     node its tests report "did not cross nodes": kept as evidence that every op ran), a
 #     torch.distributed NCCL allreduce under `mpictl run --torch` with 1 rank, Horovod's
-#     allreduce/broadcast/allgather on CUDA tensors, nccl-tests' all_reduce_perf when its source
-#     is carried in, else a torch timing of allreduce (algbw, busbw = algbw*2(n-1)/n, which is 0
+#     allreduce/broadcast/allgather on CUDA tensors, nccl-tests' all_reduce_perf (the nccl_tests
+#     role's build, on PATH) when its source is carried in, and a torch timing of allreduce (algbw, busbw = algbw*2(n-1)/n, which is 0
 #     with one rank) and, from the same run, the device memory bandwidth (device-to-device copy);
 #   - the compile times of OpenMPI, mpi4py, NCCL (full) and Horovod (bench/build_times.py
 #     --from-run on the provision's run), with a fresh artifact cache so everything compiles.
@@ -27,9 +27,9 @@
 #                  (numpy cffi cloudpickle psutil pyyaml packaging setuptools wheel); --bundle
 #                  fetches them for PYVER (default: 3.10 3.11 3.12 3.13)
 #   sources/       openmpi_*.orig.tar.xz, nvidia-nccl_*.orig.tar.gz, mpi4py-*.tar.gz,
-#                  cython-*-py3-none-any.whl (mpi4py 4.x builds with it), horovod-*.tar.gz
+#                  cython-*-py3-none-any.whl (mpi4py 4.x builds with it), horovod-*.tar.gz,
+#                  nccl-tests-*.tar.gz (optional: the nccl_tests role builds it once)
 #                  (scripts/fetch-test-sources.sh puts them in the cache)
-#   nccl-tests.tar.gz  (optional) NVIDIA/nccl-tests source
 #   debs/*.deb     (optional) OS packages the machine lacks (the roles install missing ones
 #                  with apt, which needs a mirror): e.g. openssh-server, openssh-client,
 #                  openssh-sftp-server, rsync, iperf3, sudo. They are unpacked, not installed:
@@ -60,9 +60,9 @@ bundle() {
   done
   local sources
   sources=$(bash "$ROOT/scripts/fetch-test-sources.sh" | tail -n 1) || die "fetch-test-sources failed"
-  cp "$(dirname "$sources")"/{openmpi_,nvidia-nccl_,mpi4py-,cython-,horovod-}* "$carry/sources/" 2>/dev/null
+  cp "$(dirname "$sources")"/{openmpi_,nvidia-nccl_,mpi4py-,cython-,horovod-,nccl-tests-}* "$carry/sources/" 2>/dev/null
   ls "$carry/sources"
-  echo "bundle ready: $carry (add nccl-tests.tar.gz and debs/ if wanted)"
+  echo "bundle ready: $carry (add debs/ if wanted)"
 }
 
 if [ "${1:-}" = "--bundle" ]; then
@@ -133,6 +133,7 @@ nccl=$(file_of 'nvidia-nccl_*.orig.tar.gz')
 mpi4py=$(file_of 'mpi4py-*.tar.gz')
 cython=$(file_of 'cython-*-py3-none-any.whl')
 horovod=$(file_of 'horovod-*.tar.gz')
+nccl_tests=$(file_of 'nccl-tests-*.tar.gz')
 for f in "$openmpi" "$nccl" "$mpi4py" "$horovod"; do
   [ -n "$f" ] || die "a source tarball is missing from $CARRY/sources (run --bundle)"
 done
@@ -185,9 +186,17 @@ nccl_cuda_home: "$CUDA_HOME"
 nccl_cuda_archs: []
 nccl_make_args: []
 horovod_gpu_operations: NCCL
+nccl_tests_enabled: "$([ -n "$nccl_tests" ] && echo true || echo false)"
 horovod_pip_download_args: ["--no-index", "--find-links", "$CARRY/node-wheels"]
 slurm_enabled: false
 EOF
+if [ -n "$nccl_tests" ]; then
+  cat >>"$OUT/vars.yml" <<EOF
+nccl_tests_version: "$(version_of "$nccl_tests" nccl-tests-)"
+nccl_tests_source_local: "$nccl_tests"
+nccl_tests_source_sha256: "$(sha_of "$nccl_tests")"
+EOF
+fi
 
 INV=(-i "$OUT/inventory")
 step provision "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml"
@@ -274,13 +283,10 @@ chmod -R a+rX "$OUT/work"
 step torch-nccl "$MPICTL" run "${INV[@]}" -np 1 --torch --workdir "$OUT/work" -- "$PYTHON" gpu_checks.py
 step horovod-gpu "$MPICTL" run "${INV[@]}" -np 1 --workdir "$OUT/work" -- "$PYTHON" horovod_gpu.py
 
-if [ -f "$CARRY/nccl-tests.tar.gz" ]; then
-  nccl_home=$(dirname "$(dirname "$(find /usr/local -maxdepth 3 -name 'libnccl.so.2' -path '*/nccl-*/lib/*' | head -n 1)")")
-  ompi_home=$(sh -c '. /etc/environment; export PATH; dirname "$(dirname "$(command -v mpicc)")"')
-  mkdir -p "$OUT/nccl-tests"
-  step nccl-tests-build sh -c "tar -xzf '$CARRY/nccl-tests.tar.gz' -C '$OUT/nccl-tests' --strip-components=1 && make -C '$OUT/nccl-tests' -j\"\$(nproc)\" MPI=1 MPI_HOME='$ompi_home' NCCL_HOME='$nccl_home' CUDA_HOME='$CUDA_HOME'"
-  chmod -R a+rX "$OUT/nccl-tests"
-  step all-reduce-perf "$MPICTL" run "${INV[@]}" -np 1 -- "$OUT/nccl-tests/build/all_reduce_perf" -b 8 -e 4G -f 2 -g 1
+if [ -n "$nccl_tests" ]; then
+  # the nccl_tests role's build, found on PATH as every job finds it
+  step all-reduce-perf "$MPICTL" run "${INV[@]}" -np 1 -- all_reduce_perf -b 8 -e 4G -f 2 -g 1
+  step sendrecv-perf "$MPICTL" run "${INV[@]}" -np 1 -- sendrecv_perf -b 8 -e 1G -f 4 -g 1 -c 1
 fi
 
 # results.txt/results.json: the figures, read from the step logs without mpirun's rank tags

@@ -6,14 +6,13 @@ The logs are `mpictl run` output: every line a rank printed carries OpenMPI's ta
 (``[1,0]<stdout>: ``). The ranks' stdout is read through :mod:`mpictl.ranks`, which owns that
 tag, so nccl-tests' table and its ``Avg bus bandwidth`` line are found as they were printed.
 Kept: the JSON lines of ``torch-nccl.log`` (``"check"``) and ``horovod-gpu.log``
-(``"allreduce"``), the last three rows of ``all-reduce-perf.log``'s table and its average bus
-bandwidth.
+(``"allreduce"``), the last three rows of the tables of ``all-reduce-perf.log`` and
+``sendrecv-perf.log`` and their average bus bandwidth.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mpictl import ranks  # noqa: E402 - after the path that finds it
-
-# nccl-tests: size count type redop root time algbw busbw #wrong (out-of-place, then in-place)
-ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s")
-AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
+from mpictl import nccl_tests as nccl_table  # noqa: E402 - after the path that finds it
+from mpictl import ranks  # noqa: E402
 
 
 def rank_lines(path: Path) -> list[str]:
@@ -53,26 +49,21 @@ def json_lines(lines: list[str], key: str) -> list[dict[str, Any]]:
 
 
 def nccl_tests(lines: list[str]) -> dict[str, Any]:
-    rows = []
-    avg = None
-    for line in lines:
-        if m := ROW.match(line):
-            size, count, dtype, redop, _root, time_us, algbw, busbw = m.groups()
-            rows.append(
-                {
-                    "bytes": int(size),
-                    "count": int(count),
-                    "type": dtype,
-                    "redop": redop,
-                    "time_us": float(time_us),
-                    "algbw_GBps": float(algbw),
-                    "busbw_GBps": float(busbw),
-                    "line": line.strip(),
-                }
-            )
-        elif m := AVG.match(line):
-            avg = float(m.group(1))
-    return {"rows": rows, "avg_busbw_GBps": avg}
+    """nccl-tests' table (read by :mod:`mpictl.nccl_tests`, as bench and fabric read it)."""
+    table = nccl_table.parse(lines)
+    rows = [
+        {
+            "bytes": r.bytes,
+            "type": r.type,
+            "time_us": r.time_us,
+            "algbw_GBps": r.algbw_GBps,
+            "busbw_GBps": r.busbw_GBps,
+            "wrong": r.wrong,
+            "line": r.line,
+        }
+        for r in table.rows
+    ]
+    return {"rows": rows, "avg_busbw_GBps": table.avg_busbw_GBps}
 
 
 def collect(out: Path) -> dict[str, Any]:
@@ -80,15 +71,17 @@ def collect(out: Path) -> dict[str, Any]:
         "torch_nccl": json_lines(rank_lines(out / "torch-nccl.log"), "check"),
         "horovod_gpu": json_lines(rank_lines(out / "horovod-gpu.log"), "allreduce"),
         "all_reduce_perf": nccl_tests(rank_lines(out / "all-reduce-perf.log")),
+        "sendrecv_perf": nccl_tests(rank_lines(out / "sendrecv-perf.log")),
     }
 
 
 def text(results: dict[str, Any]) -> str:
     lines = [json.dumps(r) for r in results["torch_nccl"] + results["horovod_gpu"]]
-    perf = results["all_reduce_perf"]
-    lines += [row["line"] for row in perf["rows"][-3:]]
-    if perf["avg_busbw_GBps"] is not None:
-        lines.append(f"# Avg bus bandwidth    : {perf['avg_busbw_GBps']}")
+    for name in ("all_reduce_perf", "sendrecv_perf"):
+        perf = results[name]
+        lines += [row["line"] for row in perf["rows"][-3:]]
+        if perf["avg_busbw_GBps"] is not None:
+            lines.append(f"# Avg bus bandwidth    : {perf['avg_busbw_GBps']}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -37,6 +37,7 @@ class Row:
     algbw_GBps: float
     busbw_GBps: float
     wrong: int | None  # None: the test ran without checking (-c 0 prints N/A)
+    line: str = ""  # the row as printed
 
 
 @dataclass
@@ -76,6 +77,7 @@ def parse(lines: Iterable[str]) -> Table:
                     algbw_GBps=_float(algbw),
                     busbw_GBps=_float(busbw),
                     wrong=None if wrong == "N/A" else int(_float(wrong)),
+                    line=line.strip(),
                 )
             )
         elif m := AVG.match(line):

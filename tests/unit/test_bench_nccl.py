@@ -1,6 +1,6 @@
 """``mpictl bench`` on GPU nodes: the engine it picks, nccl-tests' ``all_reduce_perf`` planned
-one rank per GPU, and its table read into the sweep (the table's format is the one recorded on an
-H100, tests/unit/data/nccl_tests/)."""
+one rank per GPU, and its table read into the sweep (nccl-tests' layout as in
+tests/unit/data/nccl_tests/, an abridged log of an H100 run written in that format)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_auto_picks_nccl_only_with_gpus_everywhere_and_nccl_tests_on_the_head() 
 
 
 def table(ranks: int) -> str:
-    """all_reduce_perf's table as mpirun tags it: the recorded header, rows at 16 ranks."""
+    """all_reduce_perf's table as mpirun tags it: the header of the data file, rows at 16 ranks."""
     header = RECORDED.read_text().splitlines()[:4]
     rows = []
     for size, algbw in ((8, 0.0005), (1048576, 20.0), (268435456, 240.0)):

@@ -2,8 +2,9 @@
 NCCL measurements planned per pair and per port, the head's driver run with a fake mpirun, the
 nccl-tests table read back and the verdict that names a node's port.
 
-The nccl-tests table is the one recorded on an H100 (tests/unit/data/nccl_tests/, all_reduce_perf:
-every nccl-tests binary prints the same columns, sendrecv_perf included). The sysfs lines are in
+The nccl-tests table is tests/unit/data/nccl_tests/'s: nccl-tests' layout with the figures an
+H100 run reported, abridged (written in that format, not a recording); every nccl-tests binary
+prints the same columns, sendrecv_perf included. The sysfs lines are in
 the kernel's format for mlx5 ports (``4: ACTIVE``, ``400 Gb/sec (4X NDR)``, ``InfiniBand``):
 written for these tests, not recorded on a machine with HCAs (none was available).
 """
@@ -67,7 +68,7 @@ def test_shared_rails_are_the_active_ports_both_ends_have() -> None:
     assert [p.name for p, _ in rails] == [f"mlx5_{k}:1" for k in (0, 1, 2, 4, 5, 6, 7)]
 
 
-def test_the_recorded_nccl_tests_table_is_read() -> None:
+def test_the_nccl_tests_table_is_read() -> None:
     from mpictl import ranks
 
     lines = ranks.split(RECORDED.read_text())[0]["stdout"]
@@ -220,7 +221,7 @@ def test_the_driver_ends_a_measurement_past_its_limit_and_names_a_missing_progra
 
 
 def table_output(busbw: float, wrong: int = 0) -> str:
-    rows = RECORDED.read_text().splitlines()[:4]  # the recorded header lines
+    rows = RECORDED.read_text().splitlines()[:4]  # the table's header lines
     row = (
         f"   268435456      67108864     float     sum      -1  5800.00  {busbw:.2f}  {busbw:.2f}"
         f"  {wrong}  5790.00  {busbw:.2f}  {busbw:.2f}  0"
