@@ -131,6 +131,8 @@ def run(
     def announce(plan: LaunchPlan, record: object) -> None:
         where = "Slurm, submitted on " if plan.launcher == "slurm" else ""
         _note(f"job {plan.job_id} on {where}{cluster.head.name}: {plan.display}")
+        if plan.transport is not None:
+            _note(f"transport: {plan.transport.text}")
         if plan.network is None:
             _note(
                 "note: no network shared by the job's nodes is known from the fact cache, "

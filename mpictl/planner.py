@@ -7,6 +7,7 @@ job; :mod:`mpictl.submit` ties the two to a job record.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from collections.abc import Sequence
@@ -17,6 +18,8 @@ from mpictl import settings as cluster_settings
 from mpictl.errors import UsageError
 from mpictl.inventory import Cluster, Node
 from mpictl.network import Network
+from mpictl.transport import Transport
+from mpictl.transport import choose as choose_transport
 
 DEFAULT_MASTER_PORT = 29500
 _MCA_NAME = re.compile(r"[A-Za-z0-9_^-]+")
@@ -52,6 +55,7 @@ class LaunchPlan:
     torch: bool = False
     script: str = ""  # the batch script a scheduler runs the job from (Slurm); "" for mpirun
     launcher: str = "mpirun"
+    transport: Transport | None = None  # the cluster's choice (a user's --mca pml still wins)
 
     @property
     def argv(self) -> list[str]:
@@ -165,11 +169,14 @@ def place(cluster: Cluster, options: LaunchOptions) -> Placement:
     return Placement(nodes=nodes, per_host=per_host, slots=slots, ranks=ranks)
 
 
-def mca_args(mca: list[tuple[str, str]], network: Network | None) -> list[str]:
+def mca_args(
+    mca: list[tuple[str, str]], network: Network | None, transport: Transport | None = None
+) -> list[str]:
     argv: list[str] = []
     user_mca = {k for k, _ in mca}
+    pml = transport.pml if transport is not None else "ob1"
     # Defaults a user's own --mca of the same key replaces (mpirun refuses a key given twice).
-    for key, value in (("pml", "ob1"), ("btl", "^openib")):
+    for key, value in (("pml", pml), ("btl", "^openib")):
         if key not in user_mca:
             argv += ["--mca", key, value]
     if network is not None and not user_mca & {"btl_tcp_if_include", "btl_tcp_if_exclude"}:
@@ -190,13 +197,21 @@ def job_env(
     network: Network | None,
     job_id: str,
     master_addr: str | None,
+    transport: Transport | None = None,
 ) -> list[str]:
     """What every rank gets, as ``NAME=VALUE`` (or a user's bare ``NAME``), whatever launches
-    it: the job id, the network's variables, torch's rendezvous (``MASTER_ADDR`` where the
-    launcher knows it now), then the user's ``-x`` items; a user's own name wins over a default.
+    it: the job id, the network's variables, the transport's (``UCX_NET_DEVICES`` where the pml
+    is ucx, ``NCCL_IB_HCA`` where every node has the same RDMA ports), torch's rendezvous
+    (``MASTER_ADDR`` where the launcher knows it now), then the user's ``-x`` items; a user's
+    own name wins over a default.
     """
     items = [f"MPICTL_JOB_ID={job_id}"]
     user_env = user_names(env)
+    if transport is not None:
+        if transport.pml == "ucx" and transport.ucx_devices and "UCX_NET_DEVICES" not in user_env:
+            items.append(f"UCX_NET_DEVICES={transport.ucx_devices}")
+        if transport.nccl_hcas and "NCCL_IB_HCA" not in user_env:
+            items.append(f"NCCL_IB_HCA={transport.nccl_hcas}")
     # NCCL picks the first interface it likes, often docker0 or a management NIC; name the
     # one MPI uses. Passed on every job (nothing reads it where NCCL is absent), so the job
     # record shows exactly what ran, and a user's own -x NCCL_SOCKET_IFNAME wins.
@@ -210,6 +225,27 @@ def job_env(
         if "MASTER_PORT" not in user_env:
             items.append(f"MASTER_PORT={options.master_port}")
     return items + list(env)
+
+
+def job_transport(
+    cluster: Cluster,
+    nodes: Sequence[Node],
+    network: Network | None,
+    settings: cluster_settings.ClusterSettings,
+    mca: Sequence[tuple[str, str]] = (),
+) -> Transport:
+    """The transport of a job on ``nodes``: ``mpi_transport`` (the head's) applied to them, or
+    the user's own ``--mca pml``."""
+    built = str(cluster.head.vars.get("ucx_enabled", "auto")).lower() not in ("false", "no")
+    chosen = choose_transport(settings.transport, nodes, network, ucx_built=built)
+    pml = user_pml(mca)
+    if pml and pml != chosen.pml:
+        return dataclasses.replace(chosen, pml=pml, reason=f"--mca pml {pml} given")
+    return chosen
+
+
+def user_pml(mca: Sequence[tuple[str, str]]) -> str:
+    return next((value for key, value in mca if key == "pml"), "")
 
 
 def rank_command(options: LaunchOptions, settings: cluster_settings.ClusterSettings) -> list[str]:
@@ -244,10 +280,11 @@ def plan(
     if options.wdir:
         argv += ["--wdir", options.wdir]
     argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
-    argv += mca_args(mca, network)
+    transport = job_transport(cluster, where.nodes, network, settings, mca)
+    argv += mca_args(mca, network, transport)
     argv += ["--tag-output"]
     master = rank0_host(cluster, where.nodes).address
-    for item in job_env(options, env, network, job_id, master):
+    for item in job_env(options, env, network, job_id, master, transport):
         argv += ["-x", item]
     command = rank_command(options, settings)
     return LaunchPlan(
@@ -258,4 +295,5 @@ def plan(
         network=network,
         job_id=job_id,
         torch=options.torch,
+        transport=transport,
     )

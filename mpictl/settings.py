@@ -19,6 +19,8 @@ from mpictl import paths
 from mpictl.errors import InventoryError, UsageError
 from mpictl.inputs import quoted, shown, user_name
 from mpictl.inventory import Cluster
+from mpictl.transport import MODES as TRANSPORT_MODES
+from mpictl.transport import VAR as TRANSPORT_VAR
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -41,6 +43,8 @@ class ClusterSettings:
     # The interpreter Horovod was built into when it is not the cluster venv's (the horovod
     # role's horovod_python; "" = the cluster venv).
     horovod_python: str = ""
+    # mpi_transport: auto, ucx or tcp (mpictl.transport)
+    transport: str = "auto"
 
     @property
     def venv_python(self) -> str:
@@ -126,4 +130,8 @@ def for_cluster(cluster: Cluster) -> ClusterSettings:
         raise InventoryError(
             f"{head}: horovod_python must be an absolute path or '', got {quoted(horovod)}"
         )
-    return ClusterSettings(**values, horovod_python=horovod)
+    mode = _template(head_vars.get(TRANSPORT_VAR, "auto"), head_vars)
+    if not isinstance(mode, str) or mode.lower() not in TRANSPORT_MODES:
+        modes = ", ".join(TRANSPORT_MODES)
+        raise InventoryError(f"{head}: {TRANSPORT_VAR} must be one of {modes}, got {quoted(mode)}")
+    return ClusterSettings(**values, horovod_python=horovod, transport=mode.lower())

@@ -20,6 +20,7 @@ from mpictl import network, planner
 from mpictl import settings as cluster_settings
 from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions, LaunchPlan
+from mpictl.transport import Transport
 
 REMOTE_BASE = ".mpictl/slurm"  # relative to the MPI user's home on the batch host
 
@@ -50,17 +51,22 @@ def allocation(cluster: Cluster, options: LaunchOptions) -> tuple[list[str], pla
 
 
 def _exports(
-    cluster: Cluster, options: LaunchOptions, net: network.Network | None, job_id: str
+    cluster: Cluster,
+    options: LaunchOptions,
+    net: network.Network | None,
+    job_id: str,
+    transport: Transport | None = None,
 ) -> list[str]:
     """``export`` lines of the batch script: the job id, OpenMPI's MCA defaults (as mpirun's
-    plan has them), the network, torch's rendezvous and the user's ``-x``."""
+    plan has them, the transport's pml included), the network, torch's rendezvous and the
+    user's ``-x``."""
     env = planner.parse_env(options.env)
     mca = planner.parse_mca(options.mca)
     lines = []
-    args = planner.mca_args(mca, net)
+    args = planner.mca_args(mca, net, transport)
     for key, value in zip(args[1::3], args[2::3], strict=True):
         lines.append(f"export OMPI_MCA_{key}={shlex.quote(value)}")
-    for item in planner.job_env(options, env, net, job_id, master_addr=None):
+    for item in planner.job_env(options, env, net, job_id, None, transport):
         name, sep, value = item.partition("=")
         lines.append(f"export {name}={shlex.quote(value)}" if sep else f"export {name}")
     if options.torch and "MASTER_ADDR" not in planner.user_names(env):
@@ -113,7 +119,9 @@ def plan(
     flags, where = allocation(cluster, options)
     if options.wdir:
         flags.append(f"--chdir={options.wdir}")
-    exports = _exports(cluster, options, net, job_id)
+    mca = planner.parse_mca(options.mca)
+    transport = planner.job_transport(cluster, where.nodes, net, settings, mca)
+    exports = _exports(cluster, options, net, job_id, transport)
     srun = ["srun", "--mpi=pmix", "--label", "--kill-on-bad-exit=1"]
     if options.oversubscribe:
         srun.append("--overcommit")
@@ -128,4 +136,5 @@ def plan(
         torch=options.torch,
         script=batch_script(flags, exports, [*srun, *command], job_id),
         launcher="slurm",
+        transport=transport,
     )

@@ -156,6 +156,7 @@ def create_record(
         extra={
             **(extra or {}),
             **({"launcher": plan.launcher} if plan.launcher != "mpirun" else {}),
+            **({"transport": plan.transport.text} if plan.transport is not None else {}),
         },
     )
 

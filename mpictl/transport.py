@@ -1,0 +1,100 @@
+"""Which transport a job's MPI uses between nodes, pure: UCX (``pml ucx``) or OpenMPI's own TCP
+(``pml ob1`` with the tcp btl), and why.
+
+- ``mpi_transport`` (inventory, the head's value; default ``auto``): ``tcp``, ``ucx`` or
+  ``auto``. ``auto`` is ``ucx`` where every node of the job has an active RDMA port (the
+  ``mpi_rdma_ports`` fact, read from sysfs by every provision), else ``tcp``.
+- UCX's devices (``UCX_NET_DEVICES``) follow the same rule as NCCL's HCAs (``NCCL_IB_HCA``): the
+  active ports every node of the job has under the same name, in the kernel's order (all rails);
+  with no RDMA port, ``ucx`` runs over the interfaces of ``btl_tcp_if_include``.
+- A user's own ``--mca pml``, ``-x UCX_NET_DEVICES`` or ``-x NCCL_IB_HCA`` wins (the planner
+  adds a default only where the user gave none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mpictl import rdma
+from mpictl.inventory import Node
+from mpictl.network import Network
+
+MODES = ("auto", "ucx", "tcp")
+VAR = "mpi_transport"
+PORTS_FACT = "mpi_rdma_ports"
+
+
+@dataclass(frozen=True)
+class Transport:
+    pml: str  # "ucx" or "ob1"
+    reason: str
+    ucx_devices: str = ""  # UCX_NET_DEVICES for pml ucx ("" lets UCX choose)
+    nccl_hcas: str = ""  # NCCL_IB_HCA: "=mlx5_0:1,mlx5_1:1" (exact names), "" when none
+
+    @property
+    def name(self) -> str:
+        return "ucx" if self.pml == "ucx" else "tcp"
+
+    @property
+    def text(self) -> str:
+        """One line for run's announcement, doctor and the job record."""
+        over = f" over {self.ucx_devices}" if self.ucx_devices and self.pml == "ucx" else ""
+        return f"{self.name} (pml {self.pml}{over}): {self.reason}"
+
+
+def node_ports(node: Node) -> list[rdma.Port]:
+    """A node's RDMA ports from its cached facts (the probe's ``port ...`` lines)."""
+    lines = (node.facts or {}).get(PORTS_FACT) or []
+    if not isinstance(lines, list):
+        return []
+    return rdma.parse_ports(str(line) for line in lines)
+
+
+def shared_ports(nodes: Sequence[Node]) -> list[str]:
+    """The active ports every node has under the same name, in the first node's order."""
+    if not nodes:
+        return []
+    names = [p.name for p in rdma.active(node_ports(nodes[0]))]
+    for node in nodes[1:]:
+        theirs = {p.name for p in rdma.active(node_ports(node))}
+        names = [n for n in names if n in theirs]
+    return names
+
+
+def choose(
+    mode: str, nodes: Sequence[Node], network: Network | None, *, ucx_built: bool = True
+) -> Transport:
+    """The transport of a job on ``nodes`` for ``mpi_transport: mode`` (checked by the caller);
+    ``ucx_built`` false (``ucx_enabled: false``) makes ``auto`` TCP."""
+    without = [n.name for n in nodes if not rdma.active(node_ports(n))]
+    shared = shared_ports(nodes)
+    hcas = "=" + ",".join(shared) if shared and not without else ""
+    # UCX's devices whichever pml is asked for (a user's own --mca pml ucx too): every node's
+    # shared ports, else the TCP interfaces MPI uses.
+    tcp_devices = network.nccl_socket_ifname if network is not None else ""
+    devices = ",".join(shared) if shared and not without else tcp_devices
+    if mode == "tcp":
+        return Transport("ob1", f"{VAR}: tcp", devices, hcas)
+    if mode == "ucx":
+        if not without:
+            return Transport("ucx", f"{VAR}: ucx", devices, hcas)
+        return Transport(
+            "ucx",
+            f"{VAR}: ucx, over TCP ({_listed(without)} without an active RDMA port)",
+            devices,
+            hcas,
+        )
+    if not ucx_built:
+        return Transport("ob1", "auto: UCX is not built (ucx_enabled: false)", devices, hcas)
+    if not without:
+        return Transport("ucx", "auto: every node has an active RDMA port", devices, hcas)
+    if len(without) == len(nodes):
+        return Transport("ob1", "auto: no node has an active RDMA port", devices)
+    return Transport("ob1", f"auto: {_listed(without)} without an active RDMA port", devices)
+
+
+def _listed(names: Sequence[str]) -> str:
+    if len(names) <= 4:
+        return ", ".join(names)
+    return f"{', '.join(names[:3])} and {len(names) - 3} more"

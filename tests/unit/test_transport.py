@@ -1,0 +1,100 @@
+"""The job's MPI transport (mpictl.transport) and what the planner makes of it, without HCAs: a
+node's ports come from its ``mpi_rdma_ports`` fact, lines in the kernel's sysfs format (``4:
+ACTIVE``, ``400 Gb/sec (4X NDR)``), written for these tests, not recorded on a machine with HCAs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mpictl import planner, settings, slurm_plan, transport
+from mpictl.errors import InventoryError
+from mpictl.network import Network
+from mpictl.planner import LaunchOptions
+from tests.unit.jobside import cluster, facts, node
+
+ETH = Network({"n1": "eth0", "n2": "eth0", "n3": "eth0"}, "10.0.0.0/24")
+
+
+def ports(rails: int, down: tuple[int, ...] = ()) -> list[str]:
+    return [
+        f"port mlx5_{k} 1 {'1: DOWN' if k in down else '4: ACTIVE'}|400 Gb/sec (4X NDR)|InfiniBand"
+        for k in range(rails)
+    ]
+
+
+def rdma_node(name: str, lines: list[str], **kw: Any):  # noqa: ANN201 - a jobside Node
+    address = f"10.0.0.{name[1:]}"
+    return node(name, 8, address=address, facts={**facts(address), "mpi_rdma_ports": lines}, **kw)
+
+
+def test_auto_is_ucx_over_the_rails_every_node_shares() -> None:
+    nodes = [
+        rdma_node("n1", ports(8)),
+        rdma_node("n2", ports(8, down=(3,))),
+        rdma_node("n3", ports(8)),
+    ]
+    t = transport.choose("auto", nodes, ETH)
+    rails = ",".join(f"mlx5_{k}:1" for k in (0, 1, 2, 4, 5, 6, 7))
+    assert (t.pml, t.ucx_devices, t.nccl_hcas) == ("ucx", rails, "=" + rails)
+    assert t.text == f"ucx (pml ucx over {rails}): auto: every node has an active RDMA port"
+
+
+def test_auto_is_tcp_and_names_the_nodes_without_a_port() -> None:
+    nodes = [rdma_node("n1", ports(2)), rdma_node("n2", []), rdma_node("n3", ports(2, down=(0, 1)))]
+    t = transport.choose("auto", nodes, ETH)
+    assert t.pml == "ob1" and t.reason == "auto: n2, n3 without an active RDMA port"
+    assert t.nccl_hcas == ""  # NCCL chooses where nodes differ
+    bare = [rdma_node("n1", []), rdma_node("n2", [])]
+    assert transport.choose("auto", bare, ETH).reason == "auto: no node has an active RDMA port"
+    off = transport.choose("auto", [rdma_node("n1", ports(1))], ETH, ucx_built=False)
+    assert off.pml == "ob1" and "ucx_enabled: false" in off.reason
+
+
+def test_asked_for_ucx_without_ports_runs_over_the_tcp_interfaces() -> None:
+    t = transport.choose("ucx", [rdma_node("n1", []), rdma_node("n2", [])], ETH)
+    assert (t.pml, t.ucx_devices) == ("ucx", "eth0")
+    assert t.reason == "mpi_transport: ucx, over TCP (n1, n2 without an active RDMA port)"
+    tcp = transport.choose("tcp", [rdma_node("n1", ports(1)), rdma_node("n2", ports(1))], ETH)
+    assert tcp.pml == "ob1" and tcp.nccl_hcas == "=mlx5_0:1"  # NCCL still gets the HCAs
+
+
+def plan(c: Any, **kw: Any) -> planner.LaunchPlan:
+    return planner.plan(c, LaunchOptions(command=["x"], ppn=1, **kw), "J1", ETH)
+
+
+def test_the_plan_carries_the_transport_and_a_users_own_values_win() -> None:
+    c = cluster(rdma_node("n1", ports(2)), rdma_node("n2", ports(2)))
+    argv = plan(c).argv
+    assert argv[argv.index("pml") + 1] == "ucx"
+    assert "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1" in argv and "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" in argv
+    mine = plan(c, env=["NCCL_IB_HCA=mlx5_1"], mca=["pml=ob1"])
+    assert mine.argv[mine.argv.index("pml") + 1] == "ob1" and mine.argv.count("pml") == 1
+    assert "NCCL_IB_HCA=mlx5_1" in mine.argv and "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1" not in mine.argv
+    assert not any(a.startswith("UCX_NET_DEVICES") for a in mine.argv)
+    assert mine.transport is not None and mine.transport.reason == "--mca pml ob1 given"
+
+
+def test_a_sandbox_without_ports_keeps_ob1_and_a_user_ucx_gets_the_interfaces() -> None:
+    c = cluster(rdma_node("n1", []), rdma_node("n2", []))
+    argv = plan(c).argv
+    assert argv[argv.index("pml") + 1] == "ob1" and not any("UCX_" in a for a in argv)
+    ucx = plan(c, mca=["pml=ucx"]).argv
+    assert ucx[ucx.index("pml") + 1] == "ucx" and "UCX_NET_DEVICES=eth0" in ucx
+
+
+def test_mpi_transport_from_the_inventory_and_a_bad_value_is_an_inventory_error() -> None:
+    c = cluster(rdma_node("n1", ports(1), vars={"mpi_transport": "TCP"}), rdma_node("n2", ports(1)))
+    assert settings.for_cluster(c).transport == "tcp"
+    assert plan(c).transport.pml == "ob1"  # type: ignore[union-attr]
+    bad = cluster(rdma_node("n1", [], vars={"mpi_transport": "verbs"}), rdma_node("n2", []))
+    with pytest.raises(InventoryError, match="mpi_transport must be one of auto, ucx, tcp"):
+        settings.for_cluster(bad)
+
+
+def test_slurm_exports_the_same_transport() -> None:
+    c = cluster(rdma_node("n1", ports(1)), rdma_node("n2", ports(1)))
+    p = slurm_plan.plan(c, LaunchOptions(command=["x"], ppn=1), "J2", ETH)
+    assert "export OMPI_MCA_pml=ucx" in p.script and "export UCX_NET_DEVICES=mlx5_0:1" in p.script
+    assert p.transport is not None and p.transport.name == "ucx"
