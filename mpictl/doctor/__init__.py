@@ -21,8 +21,9 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from mpictl import programs, remote
+from mpictl import network, programs, remote, transport
 from mpictl import settings as cluster_settings
+from mpictl.doctor import rdma as rdma_checks
 from mpictl.doctor import slurm as slurm_checks
 from mpictl.doctor.nodes import build_checks, env_checks, ssh_checks
 from mpictl.doctor.report import PROVISION, Check, DoctorReport
@@ -49,7 +50,17 @@ def probe_spec(cluster: Cluster, settings: ClusterSettings) -> dict[str, Any]:
         "frameworks_python": settings.horovod_interpreter,
         "venv_program": programs.source(VENV_PROGRAM),
         "tools": [settings.torch_env, *(settings.tool(t) for t in TOOLS)],
+        # UCX and OpenMPI's pml are asked about where UCX is the transport (or a node has ports)
+        "ucx": cluster_transport(cluster, settings).pml == "ucx",
     }
+
+
+def cluster_transport(cluster: Cluster, settings: ClusterSettings) -> transport.Transport:
+    """The transport a job on every node gets (run's rule: planner.job_transport)."""
+    from mpictl import planner
+
+    net = network.derive_network(cluster, list(cluster.nodes))
+    return planner.job_transport(cluster, cluster.nodes, net, settings)
 
 
 def collect(
@@ -84,6 +95,8 @@ def evaluate(
         checks += build_checks(data, provision)
     checks += network_checks(cluster, data, provision)
     checks += slot_checks(cluster, data, provision, inventory_slots, settings.hostfile)
+    if data:
+        checks += rdma_checks.checks(cluster, data, cluster_transport(cluster, settings), provision)
     if slurm is not None:  # the head's Slurm answers: Slurm is enabled on this cluster
         checks += slurm_checks.checks(cluster, data, slurm, provision)
     return DoctorReport(checks)

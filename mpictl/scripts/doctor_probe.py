@@ -126,6 +126,45 @@ def nccl(ldconfig_output: str, versions: dict[str, Any], found: dict[str, str]) 
             return
 
 
+def rdma(ldconfig_output: str, with_ucx: bool) -> dict[str, Any]:
+    """The node's RDMA layer: its HCA ports from sysfs (``port DEV N STATE|RATE|LINK_LAYER``
+    lines, as fabric's node probe prints them), rdma-core's verbs library, GPUDirect RDMA
+    (nvidia_peermem loaded; the open kernel module with a kernel that has dma-buf), and what UCX
+    and OpenMPI see (only where the node has ports, or where UCX is the transport)."""
+    ports = []
+    for state in sorted(glob.glob("/sys/class/infiniband/*/ports/*/state")):
+        port_dir = os.path.dirname(state)
+        device = port_dir.split("/")[4]
+        fields = [
+            (read_text(os.path.join(port_dir, name)) or "").strip()
+            for name in ("state", "rate", "link_layer")
+        ]
+        ports.append(f"port {device} {os.path.basename(port_dir)} " + "|".join(fields))
+    driver = read_text("/proc/driver/nvidia/version") or ""
+    out: dict[str, Any] = {
+        "ports": ports,
+        "verbs": "libibverbs.so.1" in ldconfig_output,
+        "peermem": os.path.isdir("/sys/module/nvidia_peermem"),
+        "open_kernel_module": "Open Kernel Module" in driver,
+        "kernel": os.uname().release,
+    }
+    if not ports and not with_ucx:
+        return out
+    ucx_info = shutil.which("ucx_info")
+    if ucx_info:
+        rc, so, _ = run([ucx_info, "-d"])
+        out["ucx_devices"] = sorted(
+            {line.split(":", 1)[1].strip() for line in so.splitlines() if "Device:" in line}
+        )
+    else:
+        out["ucx_devices"] = None
+    ompi_info = shutil.which("ompi_info")
+    if ompi_info:
+        rc, so, _ = run([ompi_info])
+        out["pml_ucx"] = bool(re.search(r"MCA pml:\s*ucx", so))
+    return out
+
+
 def gpus() -> int:
     if shutil.which("nvidia-smi"):
         rc, so, _ = run(["nvidia-smi", "-L"])
@@ -206,7 +245,9 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     out["login"] = {shell: login_shell(shell) for shell in ("bash", "sh")}
     out["markers"] = markers()
     out["venv"] = venv(spec, versions)
-    nccl(run(["/sbin/ldconfig", "-p"])[1], versions, out["markers"])
+    ldconfig = run(["/sbin/ldconfig", "-p"])[1]
+    nccl(ldconfig, versions, out["markers"])
+    out["rdma"] = rdma(ldconfig, bool(spec.get("ucx")))
     out["cores"] = cores()
     out["gpus"] = gpus()
     out["ipv4"] = ipv4_addresses(run(["ip", "-o", "-4", "addr", "show"])[1])
