@@ -24,12 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import inputs, nccl_tests, planner, programs, ranks, remote, submit
+from mpictl import inputs, nccl_tests, network, planner, programs, ranks, remote, submit, transport
 from mpictl import settings as cluster_settings
 from mpictl.errors import CheckFailed, Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
 from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions
+from mpictl.transport import Transport
 
 MIN_BYTES = 8
 MAX_BYTES = 256 * 1024 * 1024
@@ -86,9 +87,11 @@ def busbw(nbytes: int, seconds: float, ranks: int) -> float:
 class BenchReport:
     points: list[Point] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
-    link_gbps: float | None = None  # iperf3, GB/s
+    link_gbps: float | None = None  # the link limit in GB/s: iperf3, or the RDMA ports' rate
     link_pair: tuple[str, str] | None = None
     link_error: str = ""
+    link_source: str = "iperf3"  # or "RDMA ports mlx5_0:1,... (N x 400 Gb/s)"
+    transport: str = ""  # the job's transport line (transport.Transport.text)
     job_id: str = ""
     results_path: Path | None = None  # bench.json in the job record's directory
     engine: str = "mpi"  # what measured the sweep: mpi or nccl (ENGINE_TEXT)
@@ -109,6 +112,7 @@ class BenchReport:
         at64 = self.at(REPORT_BYTES)
         return {
             "engine": self.engine,
+            "transport": self.transport,
             "measured": ENGINE_TEXT.get(self.engine, self.engine),
             "hosts": self.hosts,
             "job": self.job_id,
@@ -126,6 +130,7 @@ class BenchReport:
                 "Gbit_s": self.link_gbps * 8 if self.link_gbps else None,
                 "pair": list(self.link_pair) if self.link_pair else None,
                 "error": self.link_error or None,
+                "source": self.link_source,
             },
             "busbw_64MiB_GBps": at64.busbw_gbps if at64 else None,
             "ratio_64MiB": self.ratio(at64),
@@ -206,6 +211,22 @@ def parse_iperf(text: str) -> float:
 
 
 IPERF_DRIVER = "iperf_driver.py"  # runs on the head: iperf3 server on B, client on A
+
+
+def ports_limit(cluster: Cluster, plan_transport: Transport | None) -> tuple[float, str] | None:
+    """On RDMA nodes (the job's transport names ports every node shares: UCX's devices or
+    NCCL's HCAs), the link limit is those ports' summed rate in GB/s, not a TCP figure."""
+    if plan_transport is None:
+        return None
+    shared = transport.shared_ports(list(cluster.nodes))
+    if not shared:
+        return None
+    by_name = {p.name: p for p in transport.node_ports(cluster.head)}
+    rates = [by_name[n].rate_gbit or 0.0 for n in shared if n in by_name]
+    if not rates or not all(rates):
+        return None
+    each = "/".join(sorted({f"{r:g}" for r in rates}))
+    return sum(rates) / 8, f"RDMA ports {','.join(shared)} ({len(rates)} x {each} Gb/s)"
 
 
 def measure_link(cluster: Cluster, head: remote.HeadSSH) -> tuple[float, tuple[str, str]]:
@@ -322,10 +343,18 @@ def run_bench(
     bad = [p.bytes for p in report.points if not p.ok]
     if bad:
         raise CheckFailed(f"allreduce returned wrong sums at sizes {bad} (job {job_id})")
-    try:
-        report.link_gbps, report.link_pair = measure_link(cluster, head)
-    except JobError as exc:
-        report.link_error = str(exc)
+    plan_transport = planner.job_transport(
+        cluster, list(cluster.nodes), network.derive_network(cluster), settings
+    )
+    report.transport = str(record.extra.get("transport") or plan_transport.text)
+    limit = ports_limit(cluster, plan_transport)
+    if limit is not None:
+        report.link_gbps, report.link_source = limit
+    else:
+        try:
+            report.link_gbps, report.link_pair = measure_link(cluster, head)
+        except JobError as exc:
+            report.link_error = str(exc)
     # The figures stay with the job record: `mpictl jobs show` finds the run, this file its results.
     report.results_path = record.directory / RESULTS_FILE
     report.results_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
@@ -377,7 +406,8 @@ def plot(report: BenchReport, path: Path) -> Path:
     ax.plot(sizes, [p.busbw_gbps for p in report.points], marker="o", label="busbw")
     ax.plot(sizes, [p.algbw_gbps for p in report.points], marker=".", ls="--", label="algbw")
     if report.link_gbps:
-        ax.axhline(report.link_gbps, color="red", ls=":", label="TCP link (iperf3)")
+        label = "TCP link (iperf3)" if report.link_source == "iperf3" else "RDMA ports' rate"
+        ax.axhline(report.link_gbps, color="red", ls=":", label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("GB/s")
@@ -410,7 +440,12 @@ def summary(report: BenchReport) -> str:
     parts = []
     if at is not None:
         parts.append(f"busbw at {human_bytes(at.bytes)}: {at.busbw_gbps:.3f} GB/s")
-    if report.link_gbps:
+    if report.link_gbps and report.link_source != "iperf3":
+        parts.append(f"link limit: {report.link_source}: {report.link_gbps:.3f} GB/s")
+        ratio = report.ratio(at)
+        if ratio is not None:
+            parts.append(f"ratio busbw/ports: {ratio:.2f}")
+    elif report.link_gbps:
         a, b = report.link_pair or ("?", "?")
         parts.append(
             f"TCP link {a}->{b} (iperf3): {report.link_gbps:.3f} GB/s "

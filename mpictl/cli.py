@@ -364,6 +364,8 @@ def bench(
         return
     ui.console.print(ui.bench_table(report))
     typer.echo(f"measured: {bench_mod.ENGINE_TEXT.get(report.engine, report.engine)}")
+    if report.transport:
+        typer.echo(f"transport: {report.transport}")
     typer.echo(bench_mod.summary(report))
     if plot is not None:
         typer.echo(f"plot: {plot}")

@@ -102,3 +102,41 @@ def test_a_gpu_sweep_runs_all_reduce_perf_one_rank_per_gpu(
 def test_a_bad_engine_is_one_line_before_any_contact() -> None:
     with pytest.raises(errors.UsageError, match="--engine must be one of auto, mpi, nccl"):
         bench.run_bench(three(), engine="gpu")
+
+
+def test_on_rdma_nodes_busbw_is_compared_with_the_ports_rate_not_iperf3(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nodes whose facts list 8 active 400 Gb/s ports (lines in the kernel's sysfs format,
+    written for this test): the limit is 8 x 400 Gb/s = 400 GB/s and iperf3 never runs."""
+    rails = [f"port mlx5_{k} 1 4: ACTIVE|400 Gb/sec (4X NDR)|InfiniBand" for k in range(8)]
+    c = cluster(
+        *(
+            node(f"g{i}", 8, facts={**facts(f"10.0.0.{i}"), "mpi_rdma_ports": rails}, gpus=8)
+            for i in (1, 2)
+        )
+    )
+    head = Head(True)
+    monkeypatch.setattr(remote.HeadSSH, "for_cluster", classmethod(lambda cls, c, key=None: head))
+
+    def no_iperf(*a: Any) -> Any:
+        raise AssertionError("iperf3 ran on RDMA nodes")
+
+    monkeypatch.setattr(bench, "measure_link", no_iperf)
+
+    def fake(c: Cluster, options: LaunchOptions, **kw: Any) -> tuple[JobResult, Any]:
+        plan = planner.plan(c, options, "20260101-000000-000002", None)
+        record = submit.create_record(c, plan, options.command)
+        record.output_path.write_text(table(plan.ranks))
+        jobs.finish(record, exit_code=0, status="completed")
+        return JobResult(plan.job_id, 0, "completed", 1.0), record
+
+    monkeypatch.setattr(submit, "submit", fake)
+    report = bench.run_bench(c)
+    assert report.link_gbps == pytest.approx(400.0)
+    assert (
+        report.link_source.startswith("RDMA ports mlx5_0:1,")
+        and "(8 x 400 Gb/s)" in report.link_source
+    )
+    assert report.transport.startswith("ucx (pml ucx over mlx5_0:1,")
+    assert "ratio busbw/ports: 1.13" in bench.summary(report)  # 450 / 400 GB/s at 256 MiB
