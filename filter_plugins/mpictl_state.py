@@ -178,6 +178,7 @@ def mpictl_selected_components(
 # so does what depends on it (a new OpenMPI install means mpi4py and Horovod are checked again).
 DEPENDS = {
     "mpi4py": ("openmpi",),
+    "nccl_tests": ("openmpi", "nccl"),
     "horovod": ("openmpi", "mpi4py", "nccl"),
 }
 

@@ -12,7 +12,8 @@
 # Debian sources come from Debian's archive through apt itself: a temporary deb-src list whose
 # URI is copied at runtime from the host's /etc/apt/sources.list.d/debian.sources (or
 # /etc/apt/sources.list), with private apt state dirs — the host's apt configuration is not
-# modified. Python sdists come from PyPI through pip.
+# modified. Python sdists come from PyPI through pip. nccl-tests is vendored in the repository
+# (tests/data/sources/) and only copied.
 #
 # To add a source: write one `fetch_<name>` function that puts the file into "$DEST" and calls
 # `emit_var <var> <value>` for each variable, then add it to SOURCES below.
@@ -31,11 +32,13 @@ CYTHON_VERSION="${CYTHON_VERSION:-3.2.4}"
 NCCL_VERSION="${NCCL_VERSION:-2.29.7}"
 NCCL_RELEASE="${NCCL_RELEASE:-1}"
 NCCL_DEBIAN_SUITE="${NCCL_DEBIAN_SUITE:-sid}"
+# nccl-tests is vendored (tests/data/sources/, see its README.md): no download.
+NCCL_TESTS_VERSION="${NCCL_TESTS_VERSION:-2.19.6}"
 HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 TORCH_WHEELHOUSE="${TORCH_WHEELHOUSE:-/opt/wheels}"
 
-SOURCES=(openmpi mpi4py nccl horovod torch)
+SOURCES=(openmpi mpi4py nccl nccl_tests horovod torch)
 
 log() { printf 'fetch-test-sources: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -212,6 +215,19 @@ fetch_nccl() {
     rm -rf "$work"
   fi
   emit_source nccl "$NCCL_VERSION" "$file" pinned
+}
+
+# The `git archive` of NVIDIA/nccl-tests' tag, vendored in the repository (a clean clone has it);
+# copied into $DEST once, checked against the role's pin.
+fetch_nccl_tests() {
+  local vendored="$ROOT/tests/data/sources/nccl-tests-${NCCL_TESTS_VERSION}.tar.gz"
+  local file="$DEST/nccl-tests-${NCCL_TESTS_VERSION}.tar.gz"
+  if [[ ! -s "$file" ]]; then
+    [[ -s "$vendored" ]] || die "$vendored not found (nccl-tests $NCCL_TESTS_VERSION is not vendored)"
+    log "copying the vendored nccl-tests $NCCL_TESTS_VERSION source"
+    cp "$vendored" "$file.part" && chmod 0644 "$file.part" && mv "$file.part" "$file"
+  fi
+  emit_source nccl_tests "$NCCL_TESTS_VERSION" "$file" pinned
 }
 
 fetch_horovod() { fetch_sdist horovod horovod "$HOROVOD_VERSION" :all:; }

@@ -26,6 +26,8 @@ VENV = "/opt/mpictl/venv"
 NCCL_COMPILE_TASK = "Compile NCCL on the builder node"
 HOROVOD_BUILD_TASK = "Compile Horovod on the builder node"
 NCCL_INSTALL_TASK = "Unpack the NCCL install tree from the artifact"
+NCCL_TESTS_COMPILE_TASK = "Compile nccl-tests on the builder node"
+NCCL_TESTS_INSTALL_TASK = "Unpack the nccl-tests programs from the artifact"
 HOROVOD_INSTALL_TASK = "Install the Horovod wheel into the venv"
 
 # One JSON line per rank: what each collective returned on that rank.
@@ -94,6 +96,31 @@ def test_nccl_compiled_once_and_installed_on_every_node(
     cached = paths.cache_dir() / "artifacts" / "nccl" / f"{fingerprint}.tar.gz"
     # Compiled in this session, or taken from the persistent cache: either way it is there.
     assert cached.is_file(), f"artifact {cached} missing from the controller cache"
+
+
+def test_nccl_tests_compiled_once_and_on_the_mpi_users_path_on_every_node(
+    first_provision: runner.RunResult, inventory: Path, source_vars: Mapping[str, Any]
+) -> None:
+    """The programs the job side calls by name: on the PATH an SSH session of the MPI user gets
+    (as mpirun's ranks do), linked against the NCCL and OpenMPI of the nodes (never run: no GPU)."""
+    if not _cuda_sandbox():
+        pytest.skip("no CUDA toolkit at /usr/local/cuda on this host: the sandbox has no NCCL")
+    assert_built_once(
+        first_provision, "nccl_tests", NCCL_TESTS_COMPILE_TASK, NCCL_TESTS_INSTALL_TASK
+    )
+    bin_dir = f"/usr/local/nccl-tests-{source_vars.get('nccl_tests_version', '2.19.6')}/bin"
+    nccl_lib = f"{_nccl_prefix(source_vars)}/lib/libnccl.so.2"
+    markers = set()
+    for node in _cluster(inventory).nodes:
+        found = ssh_mpi(node, "command -v sendrecv_perf; command -v all_reduce_perf")
+        assert found.stdout.split() == [f"{bin_dir}/sendrecv_perf", f"{bin_dir}/all_reduce_perf"], (
+            f"{node.name}: {found.stdout}{found.stderr}"
+        )
+        ldd = ssh(node, f"ldd {bin_dir}/all_reduce_perf")
+        assert ldd.returncode == 0 and "not found" not in ldd.stdout, f"{node.name}: {ldd.stdout}"
+        assert f"libnccl.so.2 => {nccl_lib} " in ldd.stdout, f"{node.name}: {ldd.stdout}"
+        markers.add(ssh(node, f"cat {bin_dir}/../.mpictl-fingerprint").stdout.strip())
+    assert len(markers) == 1 and "" not in markers, markers
 
 
 def test_horovod_built_once_and_check_build_lists_pytorch_and_mpi(

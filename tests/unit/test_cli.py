@@ -159,7 +159,7 @@ def test_unknown_tags_are_refused_naming_the_valid_ones(
     assert_one_line_error(proc, fragment, "(valid: ")
     if "--playbook" not in args:
         assert (
-            "environment, horovod, hostfile, jobs, mpi4py, nccl, openmpi, slurm, ssh)"
+            "environment, horovod, hostfile, jobs, mpi4py, nccl, nccl_tests, openmpi, slurm, ssh)"
             in proc.stderr
         )
     assert not (isolated_state / "runs").exists()
@@ -185,6 +185,7 @@ def test_list_tags_prints_the_components_and_runs_nothing(isolated_state: Path) 
         "openmpi",
         "mpi4py",
         "nccl",
+        "nccl_tests",
         "horovod",
         "jobs",
         "slurm",

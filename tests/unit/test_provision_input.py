@@ -20,6 +20,7 @@ COMPONENTS = [
     "openmpi",
     "mpi4py",
     "nccl",
+    "nccl_tests",
     "horovod",
     "jobs",
     "slurm",

@@ -354,6 +354,7 @@ ROLE_OF_PLAYBOOK = {
     "openmpi": "openmpi",
     "mpi4py": "mpi4py",
     "nccl": "nccl",
+    "nccl_tests": "nccl_tests",
     "horovod": "horovod",
     "jobs": "mpi_jobs",
     "slurm": "slurm",

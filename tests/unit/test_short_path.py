@@ -259,7 +259,7 @@ def test_the_package_beside_the_content_or_around_it(tmp_path: Path) -> None:
 
 def test_claims_name_the_drop_in_directory_of_mpi_environment() -> None:
     defaults = yaml.safe_load((ROOT / "roles/mpi_environment/defaults/main.yml").read_text())
-    for role in ("openmpi", "nccl", "mpi4py", "horovod"):
+    for role in ("openmpi", "nccl", "nccl_tests", "mpi4py", "horovod"):
         text = (ROOT / "roles" / role / "vars" / "main.yml").read_text()
         # the role may run without mpi_environment's defaults loaded (its configure skipped)
         assert f"mpi_env_dropin_dir | default('{defaults['mpi_env_dropin_dir']}')" in text, role
@@ -282,6 +282,10 @@ def test_converged_everywhere_is_what_every_node_holds() -> None:
     # what builds against a component that runs runs too
     assert both([["mpi4py", "horovod", "nccl", "ssh"]]) == ["nccl", "ssh"]
     assert both([["openmpi", "mpi4py", "horovod"]]) == ["mpi4py", "openmpi"]
+    # nccl-tests links against both NCCL and OpenMPI: either one running runs it too
+    assert both([["openmpi", "nccl", "nccl_tests"]]) == ["nccl", "nccl_tests", "openmpi"]
+    assert both([["openmpi", "nccl_tests"]]) == ["openmpi"]
+    assert both([["nccl", "nccl_tests"]]) == ["nccl"]
 
 
 def test_site_components_are_the_component_tags_of_site_yml() -> None:
