@@ -191,14 +191,16 @@ def mpictl_converged_everywhere(per_node: Iterable[Iterable[str] | None]) -> lis
     return sorted(c for c in both if all(d in both for d in DEPENDS.get(c, ())))
 
 
-def mpictl_gpu_count_changed(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
-    """The hosts whose GPU count from this run's probe (``__mpictl_node_state``) is not the cached
-    fact ``mpi_gpu_count``."""
+def mpictl_probed_facts_changed(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """The hosts whose GPU count or RDMA ports from this run's probe (``__mpictl_node_state``)
+    are not the cached facts ``mpi_gpu_count`` and ``mpi_rdma_ports``."""
     out = []
     for host in hosts:
         variables = hostvars[host]
-        probed = json.loads(variables["__mpictl_node_state"]["stdout"])["gpus"]
-        if str(variables.get("mpi_gpu_count", "")) != str(probed):
+        probed = json.loads(variables["__mpictl_node_state"]["stdout"])
+        if str(variables.get("mpi_gpu_count", "")) != str(probed["gpus"]) or list(
+            variables.get("mpi_rdma_ports") or []
+        ) != list(probed.get("rdma") or []):
             out.append(host)
     return out
 
@@ -209,5 +211,5 @@ class FilterModule:
             "mpictl_state_inputs": mpictl_state_inputs,
             "mpictl_selected_components": mpictl_selected_components,
             "mpictl_converged_everywhere": mpictl_converged_everywhere,
-            "mpictl_gpu_count_changed": mpictl_gpu_count_changed,
+            "mpictl_probed_facts_changed": mpictl_probed_facts_changed,
         }

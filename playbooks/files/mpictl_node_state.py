@@ -3,9 +3,10 @@
 Run with ``raw`` (one SSH exec, no module payload: ``python3 -c <this file> <JSON>``), it prints one
 JSON object. ``{"mode": "probe", "inputs": D, "cuda_homes": [...]}`` (read-only) compares the
 record with the node as it is now and returns the components still in that state
-(``converged``), those whose signed items changed (``drifted``) and the node's GPU count
-(``gpus``). ``{"mode": "record", "inputs": D, "claims": {component: [item, ...]}, "keep": [...]}``
-signs what each component claims and writes the record (``changed``).
+(``converged``), those whose signed items changed (``drifted``), the node's GPU count
+(``gpus``) and its RDMA ports (``rdma``).
+``{"mode": "record", "inputs": D, "claims": {component: [item, ...]}, "keep": [...]}`` signs
+what each component claims and writes the record (``changed``).
 
 A component is converged when its entry in the record was written for the same inputs (the
 controller's digest of the project and the inventory's variables), on the same node environment
@@ -76,6 +77,24 @@ def gpu_lines() -> list[str]:
     if not on_path("nvidia-smi"):
         return []
     return [line for line in run(["nvidia-smi", "-L"]).splitlines() if line.startswith("GPU")]
+
+
+def rdma_ports(root: str = "/sys/class/infiniband") -> list[str]:
+    """Each RDMA port the kernel shows, as ``port DEV N STATE|RATE|LINK_LAYER`` (mpictl.rdma's
+    format: the fact ``mpi_rdma_ports`` that picks the transport)."""
+    out = []
+    for device in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        ports = os.path.join(root, device, "ports")
+        for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
+            fields = []
+            for name in ("state", "rate", "link_layer"):
+                try:
+                    with open(os.path.join(ports, port, name)) as handle:
+                        fields.append(handle.read().strip())
+                except OSError:
+                    fields.append("")
+            out.append(f"port {device} {port} " + "|".join(fields))
+    return out
 
 
 def libcuda_entries(cache: bytes) -> list[str]:
@@ -391,7 +410,7 @@ def handle(request: dict) -> dict:
     signer = Signer()
     components = load(path)
     if mode == "probe":
-        return {**assess(components, inputs, env, signer), "gpus": len(gpus)}
+        return {**assess(components, inputs, env, signer), "gpus": len(gpus), "rdma": rdma_ports()}
     claims = request.get("claims") or {}
     keep = request.get("keep") or []
     if not isinstance(claims, dict) or not isinstance(keep, list):
