@@ -449,3 +449,30 @@ def test_one_eight_gpu_node_is_a_cluster(gpu: GpuSandbox, tmp_path: Path) -> Non
         record = json.loads((gpu.state / "jobs" / job / "job.json").read_text())
         assert record["ranks"] == 8, record
         assert [h["host"] for h in record["hosts"]] == ["node2"], record
+
+
+def test_fabric_adds_nccl_between_gpu_nodes_and_names_its_failure(gpu: GpuSandbox) -> None:
+    """On GPU nodes fabric also measures NCCL: the node probe counts the (stub) GPUs and finds
+    nccl-tests on the MPI user's PATH (the nccl_tests role's build), the head runs one mpirun of
+    two ranks of `sendrecv_perf` for the pair, and its table or its error comes back. The stub
+    driver sees no GPU, so nccl-tests fails with its own message: the pair is named failed for
+    NCCL while its MPI figures are measured, and the run exits 1. Every part of the GPU path but
+    the GPU itself."""
+    proc = gpu.mpictl(
+        "fabric", "-i", str(gpu.inventory), "--expect", "0.001", "--no-tcp", "--seconds", "0.3",
+        "--json", timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    (pair,) = report["pairs"]
+    assert pair["verdict"] == "ok" and pair["ab_GBps"] > 0, pair  # MPI, against 0.001 Gbit/s
+    (nccl,) = pair["nccl"]
+    assert nccl["via"] == "NCCL" and nccl["verdict"] == "failed", nccl
+    assert nccl["error"].startswith("sendrecv_perf exit "), nccl["error"]
+    assert "not on the PATH" not in nccl["error"] and "not found" not in nccl["error"], nccl
+    (finding,) = report["findings"]
+    assert finding["kind"] == "failed" and finding["text"].startswith(
+        "NCCL: no pair could be measured"
+    )
+    kept = json.loads((gpu.state / "jobs" / report["job"] / "fabric.json").read_text())
+    assert kept["pairs"][0]["nccl"][0]["error"] == nccl["error"]
