@@ -1,8 +1,9 @@
 """Ansible filters of the GPU logic. nccl: GPU architectures from ``nvidia-smi``, the ``-gencode``
 flags NCCL is compiled with, the form ``nccl_cuda_archs`` must have, and whether a built library
 holds the architectures that were asked for. openmpi: whether a node's OpenMPI is built with CUDA,
-from what ``roles/openmpi/files/cuda_probe.sh`` found there. Pure (plain values in, plain values
-out), so the unit tests call them without Ansible."""
+from what ``roles/openmpi/files/cuda_probe.sh`` found there; ucx: the same for UCX, from
+``roles/ucx/files/ucx_probe.sh``. Pure (plain values in, plain values out), so the unit tests call
+them without Ansible."""
 
 from __future__ import annotations
 
@@ -150,6 +151,55 @@ def mpictl_openmpi_cuda(lines: Iterable[Any], mode: str) -> dict[str, Any]:
     }
 
 
+# What to do about each thing a UCX build with CUDA lacks on a node (UCX's configure stops on any).
+UCX_HEADERS_FIX = (
+    "point ucx_cuda_home at a CUDA toolkit with include/cuda.h, cuda_runtime.h and nvml.h"
+    " (nvml.h: NVIDIA's cuda-nvml-dev package)"
+)
+UCX_LIB_FIX = (
+    "install the NVIDIA driver ({lib}.so.1) or the CUDA toolkit's stubs (lib64/stubs/{lib}.so)"
+)
+UCX_HEADERS = ("cuda.h", "cuda_runtime.h", "nvml.h")
+UCX_LIBS = ("libcuda", "libnvidia-ml")
+
+
+def mpictl_ucx_cuda(lines: Iterable[Any], mode: str) -> dict[str, Any]:
+    """Whether a node's UCX is built with CUDA (``ucx_cuda``: ``mode``), from the lines of
+    ``ucx_probe.sh`` on it: {"with_cuda", "nvcc", "release", "libs", "why", "fix"}; ``libs`` maps
+    libcuda and libnvidia-ml to the file found ({} without CUDA), ``release`` is nvcc's ('' when
+    none), ``why`` what is missing ('' when nothing is, and under ``disabled``), ``fix`` what to do.
+
+    The rule of ``mpictl_openmpi_cuda``, with what UCX's configure needs besides: ``disabled``:
+    never. ``auto``: where nvcc, the headers (cuda.h, cuda_runtime.h, nvml.h), a libcuda and a
+    libnvidia-ml are all found. ``enabled``: where the headers and both libraries are found (nvcc
+    is not needed); the caller stops the run when ``why``."""
+    probe = mpictl_key_values(lines)
+    home = probe.get("home", "")
+    nvcc = probe.get("nvcc") == "yes"
+    missing, fixes = [], []
+    if mode == "auto" and not nvcc:
+        missing.append(f"no {home}/bin/nvcc")
+    elif mode != "disabled":
+        headers = [h for h in UCX_HEADERS if probe.get(h.replace(".", "_")) != "yes"]
+        if headers:
+            missing.append("no " + ", ".join(f"{home}/include/{h}" for h in headers))
+            fixes.append(UCX_HEADERS_FIX)
+        for lib in UCX_LIBS:
+            key = lib.replace("-", "_")
+            if not probe.get(key):
+                missing.append(f"no {lib} (looked at: {probe.get('searched_' + key, '')})")
+                fixes.append(UCX_LIB_FIX.format(lib=lib))
+    with_cuda = mode in ("auto", "enabled") and not missing
+    return {
+        "with_cuda": with_cuda,
+        "nvcc": nvcc,
+        "release": probe.get("nvcc_release", "") if with_cuda else "",
+        "libs": {lib: probe[lib.replace("-", "_")] for lib in UCX_LIBS} if with_cuda else {},
+        "why": " and ".join(missing),
+        "fix": "; ".join(fixes),
+    }
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -159,4 +209,6 @@ class FilterModule:
             "mpictl_cuda_gencode": mpictl_cuda_gencode,
             "mpictl_cuda_build_mismatch": mpictl_cuda_build_mismatch,
             "mpictl_openmpi_cuda": mpictl_openmpi_cuda,
+            "mpictl_ucx_cuda": mpictl_ucx_cuda,
+            "mpictl_key_values": mpictl_key_values,
         }
