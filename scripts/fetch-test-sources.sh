@@ -12,8 +12,8 @@
 # Debian sources come from Debian's archive through apt itself: a temporary deb-src list whose
 # URI is copied at runtime from the host's /etc/apt/sources.list.d/debian.sources (or
 # /etc/apt/sources.list), with private apt state dirs — the host's apt configuration is not
-# modified. Python sdists come from PyPI through pip. nccl-tests is vendored in the repository
-# (tests/data/sources/) and only copied.
+# modified. Python sdists come from PyPI through pip. nccl-tests and UCX are vendored in the
+# repository (tests/data/sources/) and only copied.
 #
 # To add a source: write one `fetch_<name>` function that puts the file into "$DEST" and calls
 # `emit_var <var> <value>` for each variable, then add it to SOURCES below.
@@ -24,6 +24,9 @@ CACHE="${MPICTL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpictl}"
 DEST="$(mkdir -p "${1:-$CACHE/sources}" && cd "${1:-$CACHE/sources}" && pwd)"
 VARS_FILE="${MPICTL_TEST_SOURCES_VARS:-$DEST/test-sources.yml}"
 
+# UCX is vendored (tests/data/sources/, a git archive of the tag: Debian's UCX sources cannot be
+# fetched here, and releases before 1.20 do not build against CUDA 13): no download.
+UCX_VERSION="${UCX_VERSION:-1.22.0}"
 OPENMPI_VERSION="${OPENMPI_VERSION:-5.0.7}"
 OPENMPI_DEBIAN_SUITE="${OPENMPI_DEBIAN_SUITE:-trixie}"
 MPI4PY_VERSION="${MPI4PY_VERSION:-4.1.2}"
@@ -38,7 +41,7 @@ HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 TORCH_WHEELHOUSE="${TORCH_WHEELHOUSE:-/opt/wheels}"
 
-SOURCES=(openmpi mpi4py nccl nccl_tests horovod torch)
+SOURCES=(ucx openmpi mpi4py nccl nccl_tests horovod torch)
 
 log() { printf 'fetch-test-sources: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -62,7 +65,8 @@ check_pin() {
 }
 # emit_source PREFIX VERSION FILE [pinned]: the variables pointing a role at a source in the
 # cache. With "pinned", the file is checked against the role's pin (check_pin); Debian's repacked
-# OpenMPI orig tarball is the one source that cannot match upstream's checksum.
+# OpenMPI orig tarball and the vendored git archive of UCX are the sources that cannot match
+# upstream's checksum (of its release tarball), so they carry their own.
 emit_source() {
   local sum
   sum="$(sha256 "$3")"
@@ -133,6 +137,20 @@ _apt_cmd() {
 }
 
 # --- one function per source -----------------------------------------------------------------
+# `git archive` of openucx/ucx's tag, vendored in the repository (a clean clone has it); copied
+# into $DEST once. It has no generated configure (the role runs autogen.sh) and is not upstream's
+# release tarball, so it carries its own sha256 (the README of tests/data/sources/ records it).
+fetch_ucx() {
+  local vendored="$ROOT/tests/data/sources/ucx-${UCX_VERSION}.tar.xz"
+  local file="$DEST/ucx-${UCX_VERSION}.tar.xz"
+  if [[ ! -s "$file" ]]; then
+    [[ -s "$vendored" ]] || die "$vendored not found (UCX $UCX_VERSION is not vendored)"
+    log "copying the vendored UCX $UCX_VERSION source"
+    cp "$vendored" "$file.part" && chmod 0644 "$file.part" && mv "$file.part" "$file"
+  fi
+  emit_source ucx "$UCX_VERSION" "$file"
+}
+
 fetch_openmpi() {
   # Debian's orig tarball (its name keeps Debian's compression suffix; its checksum differs from
   # upstream's .tar.bz2, so the vars file carries this file's own sha256).
