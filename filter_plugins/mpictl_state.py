@@ -174,12 +174,15 @@ def mpictl_selected_components(
     return [c for c in components if (everything or c in run) and c not in skip]
 
 
-# What a component builds against on the nodes: where that one is not converged, it runs, and
-# so does what depends on it (a new OpenMPI install means mpi4py and Horovod are checked again).
+# What a component builds against on the nodes, directly or through another (each list is
+# closed: OpenMPI builds against UCX, so whatever builds against OpenMPI names UCX too): where
+# one of them is not converged, the component runs (a new OpenMPI install means mpi4py and
+# Horovod are checked again).
 DEPENDS = {
-    "mpi4py": ("openmpi",),
-    "nccl_tests": ("openmpi", "nccl"),
-    "horovod": ("openmpi", "mpi4py", "nccl"),
+    "openmpi": ("ucx",),
+    "mpi4py": ("ucx", "openmpi"),
+    "nccl_tests": ("ucx", "openmpi", "nccl"),
+    "horovod": ("ucx", "openmpi", "mpi4py", "nccl"),
 }
 
 

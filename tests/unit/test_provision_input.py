@@ -17,6 +17,7 @@ COMPONENTS = [
     "ssh",
     "environment",
     "hostfile",
+    "ucx",
     "openmpi",
     "mpi4py",
     "nccl",

@@ -351,6 +351,7 @@ ROLE_OF_PLAYBOOK = {
     "ssh": "ssh_mesh",
     "environment": "mpi_environment",
     "hostfile": "hostfile",
+    "ucx": "ucx",
     "openmpi": "openmpi",
     "mpi4py": "mpi4py",
     "nccl": "nccl",

@@ -259,7 +259,7 @@ def test_the_package_beside_the_content_or_around_it(tmp_path: Path) -> None:
 
 def test_claims_name_the_drop_in_directory_of_mpi_environment() -> None:
     defaults = yaml.safe_load((ROOT / "roles/mpi_environment/defaults/main.yml").read_text())
-    for role in ("openmpi", "nccl", "nccl_tests", "mpi4py", "horovod"):
+    for role in ("ucx", "openmpi", "nccl", "nccl_tests", "mpi4py", "horovod"):
         text = (ROOT / "roles" / role / "vars" / "main.yml").read_text()
         # the role may run without mpi_environment's defaults loaded (its configure skipped)
         assert f"mpi_env_dropin_dir | default('{defaults['mpi_env_dropin_dir']}')" in text, role
@@ -276,16 +276,31 @@ def test_selected_components_follow_tags() -> None:
 
 def test_converged_everywhere_is_what_every_node_holds() -> None:
     both = state.mpictl_converged_everywhere
-    assert both([["ssh", "openmpi"], ["openmpi", "ssh", "jobs"]]) == ["openmpi", "ssh"]
+    assert both([["ssh", "hostfile"], ["hostfile", "ssh", "jobs"]]) == ["hostfile", "ssh"]
     assert both([["ssh"], None]) == []
     assert both([]) == []
     # what builds against a component that runs runs too
     assert both([["mpi4py", "horovod", "nccl", "ssh"]]) == ["nccl", "ssh"]
-    assert both([["openmpi", "mpi4py", "horovod"]]) == ["mpi4py", "openmpi"]
+    assert both([["ucx", "openmpi", "mpi4py", "horovod"]]) == ["mpi4py", "openmpi", "ucx"]
     # nccl-tests links against both NCCL and OpenMPI: either one running runs it too
-    assert both([["openmpi", "nccl", "nccl_tests"]]) == ["nccl", "nccl_tests", "openmpi"]
-    assert both([["openmpi", "nccl_tests"]]) == ["openmpi"]
+    assert both([["ucx", "openmpi", "nccl", "nccl_tests"]]) == [
+        "nccl", "nccl_tests", "openmpi", "ucx",
+    ]  # fmt: skip
+    assert both([["ucx", "openmpi", "nccl_tests"]]) == ["openmpi", "ucx"]
     assert both([["nccl", "nccl_tests"]]) == ["nccl"]
+    # OpenMPI is built against UCX: UCX running runs OpenMPI and all that builds against it
+    assert both([["openmpi", "mpi4py", "nccl", "nccl_tests", "horovod", "jobs"]]) == [
+        "jobs", "nccl",
+    ]  # fmt: skip
+    assert both([["ucx", "nccl"], ["ucx", "nccl", "openmpi"]]) == ["nccl", "ucx"]
+
+
+def test_dependencies_name_what_their_dependencies_build_against() -> None:
+    """One level of DEPENDS is read: each list holds its dependencies' own (OpenMPI on UCX)."""
+    for component, deps in state.DEPENDS.items():
+        for dep in deps:
+            missing = set(state.DEPENDS.get(dep, ())) - set(deps)
+            assert not missing, f"{component} depends on {dep} but not on {sorted(missing)}"
 
 
 def test_site_components_are_the_component_tags_of_site_yml() -> None:
