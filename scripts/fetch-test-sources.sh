@@ -25,7 +25,7 @@ DEST="$(mkdir -p "${1:-$CACHE/sources}" && cd "${1:-$CACHE/sources}" && pwd)"
 VARS_FILE="${MPICTL_TEST_SOURCES_VARS:-$DEST/test-sources.yml}"
 
 # UCX is vendored (tests/data/sources/, a git archive of the tag: Debian's UCX sources cannot be
-# fetched here, and releases before 1.20 do not build against CUDA 13): no download.
+# fetched here, and UCX's CUDA 13 support came with 1.20.0): no download.
 UCX_VERSION="${UCX_VERSION:-1.22.0}"
 OPENMPI_VERSION="${OPENMPI_VERSION:-5.0.7}"
 OPENMPI_DEBIAN_SUITE="${OPENMPI_DEBIAN_SUITE:-trixie}"
