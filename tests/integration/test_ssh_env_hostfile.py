@@ -145,6 +145,7 @@ def test_known_hosts_pins_every_name_and_address(cluster: Cluster, ips: dict[str
             line = next(ln for ln in known.splitlines() if f" {key_type} {blob}" in ln)
             names = line.split(" ", 1)[0].split(",")
             assert node.name in names and ips[node.name] in names
+            assert line.endswith(f" {key_type} {blob}"), line  # the key's comment left out
 
 
 def test_hostfile_is_the_cli_hostfile(cluster: Cluster, inventory: Path) -> None:
