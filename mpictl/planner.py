@@ -179,6 +179,13 @@ def mca_args(
     for key, value in (("pml", pml), ("btl", "^openib")):
         if key not in user_mca:
             argv += ["--mca", key, value]
+    # OpenMPI's ucx pml declines to run (even when forced) unless UCX offers one of the verbs or
+    # mlx5 transports on an mlx* device (pml_ucx_tls, pml_ucx_devices): UCX over TCP, RoCE ports
+    # of other names, ... Which devices UCX uses is UCX_NET_DEVICES' business.
+    if (dict(mca).get("pml") or pml) == "ucx":
+        for key in ("pml_ucx_tls", "pml_ucx_devices"):
+            if key not in user_mca:
+                argv += ["--mca", key, "any"]
     if network is not None and not user_mca & {"btl_tcp_if_include", "btl_tcp_if_exclude"}:
         argv += ["--mca", "btl_tcp_if_include", network.btl_tcp_if_include]
     for key, value in mca:

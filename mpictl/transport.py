@@ -73,7 +73,8 @@ def choose(
     # UCX's devices whichever pml is asked for (a user's own --mca pml ucx too): every node's
     # shared ports, else the TCP interfaces MPI uses.
     tcp_devices = network.nccl_socket_ifname if network is not None else ""
-    devices = ",".join(shared) if shared and not without else tcp_devices
+    # (every node with ports but none shared by name: "" lets UCX choose among them)
+    devices = ",".join(shared) if not without else tcp_devices
     if mode == "tcp":
         return Transport("ob1", f"{VAR}: tcp", devices, hcas)
     if mode == "ucx":

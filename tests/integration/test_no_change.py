@@ -51,7 +51,7 @@ SHORT_PATH_TASKS = {
     "Remember that the inventory was validated in this run",
     "Digest the inputs of this run",
     PROBE,
-    "Cache the GPU count of every node as a fact (the default of mpi_slots)",
+    "Cache the GPU count and the RDMA ports of every node as facts (mpi_slots, transport)",
     "Remember that the nodes' facts were gathered, and the components every node still holds",
 }
 

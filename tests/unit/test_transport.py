@@ -82,6 +82,19 @@ def test_a_sandbox_without_ports_keeps_ob1_and_a_user_ucx_gets_the_interfaces() 
     assert argv[argv.index("pml") + 1] == "ob1" and not any("UCX_" in a for a in argv)
     ucx = plan(c, mca=["pml=ucx"]).argv
     assert ucx[ucx.index("pml") + 1] == "ucx" and "UCX_NET_DEVICES=eth0" in ucx
+    # OpenMPI's ucx pml runs over UCX's TCP only when told any transport and device will do
+    for key in ("pml_ucx_tls", "pml_ucx_devices"):
+        assert ucx[ucx.index(key) + 1] == "any"
+    assert "pml_ucx_tls" not in argv  # ob1: nothing of UCX's
+    mine = plan(c, mca=["pml=ucx", "pml_ucx_tls=tcp"]).argv
+    assert mine[mine.index("pml_ucx_tls") + 1] == "tcp" and mine.count("pml_ucx_tls") == 1
+
+
+def test_ports_of_other_names_on_every_node_leave_the_devices_to_ucx() -> None:
+    a = rdma_node("n1", ["port mlx5_0 1 4: ACTIVE|200 Gb/sec (4X HDR)|Ethernet"])
+    b = rdma_node("n2", ["port mlx5_bond_0 1 4: ACTIVE|200 Gb/sec (4X HDR)|Ethernet"])
+    t = transport.choose("auto", [a, b], ETH)
+    assert (t.pml, t.ucx_devices, t.nccl_hcas) == ("ucx", "", "")
 
 
 def test_mpi_transport_from_the_inventory_and_a_bad_value_is_an_inventory_error() -> None:
