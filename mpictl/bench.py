@@ -160,15 +160,16 @@ def parse_nccl_points(output: str, ranks_count: int) -> list[Point]:
     """Sweep points from ``all_reduce_perf``'s table (rank 0 prints it; out of place)."""
     by_rank = ranks.split(output)
     lines = [line for r in sorted(by_rank) for line in by_rank[r]["stdout"]]
+    table = nccl_tests.parse(lines)
     return [
         Point(
             bytes=row.bytes,
             ranks=ranks_count,
             time_s=row.time_us / 1e6,
             iters=NCCL_ITERS,
-            ok=row.wrong == 0,
+            ok=row.wrong == 0 and not table.out_of_bounds,
         )
-        for row in nccl_tests.parse(lines).rows
+        for row in table.rows
         if row.time_us > 0
     ]
 
@@ -184,14 +185,13 @@ def pick_engine(cluster: Cluster, head: remote.HeadSSH, engine: str) -> str:
     gpus = all((n.gpus or 0) > 0 for n in cluster.nodes)
     if engine == "auto" and not gpus:
         return "mpi"
-    found = head.run(f"command -v {nccl_tests.ALL_REDUCE}", timeout=30).returncode == 0
-    if gpus and found:
-        return "nccl"
-    if engine == "auto":
-        return "mpi"
     if not gpus:
         without = ", ".join(n.name for n in cluster.nodes if not n.gpus)
         raise CheckFailed(f"--engine nccl: no GPUs known on {without} (facts: mpictl provision)")
+    if head.run(f"command -v {nccl_tests.ALL_REDUCE}", timeout=30).returncode == 0:
+        return "nccl"
+    if engine == "auto":
+        return "mpi"
     raise CheckFailed(
         f"--engine nccl: {nccl_tests.ALL_REDUCE} is not on the PATH of {head.node.name}: run "
         "`mpictl provision` (the nccl_tests role installs nccl-tests where NCCL is)"
@@ -213,13 +213,19 @@ def parse_iperf(text: str) -> float:
 IPERF_DRIVER = "iperf_driver.py"  # runs on the head: iperf3 server on B, client on A
 
 
-def ports_limit(cluster: Cluster, plan_transport: Transport | None) -> tuple[float, str] | None:
-    """On RDMA nodes (the job's transport names ports every node shares: UCX's devices or
-    NCCL's HCAs), the link limit is those ports' summed rate in GB/s, not a TCP figure."""
+def ports_limit(
+    cluster: Cluster, plan_transport: Transport | None, engine: str
+) -> tuple[float, str] | None:
+    """On RDMA nodes whose sweep went over the ports (nccl with NCCL_IB_HCA, or mpi over UCX on
+    them), the link limit is those ports' summed rate in GB/s, not a TCP figure; None otherwise
+    (a TCP transport is compared with iperf3)."""
     if plan_transport is None:
         return None
     shared = transport.shared_ports(list(cluster.nodes))
-    if not shared:
+    over_ports = (engine == "nccl" and plan_transport.nccl_hcas) or (
+        plan_transport.pml == "ucx" and plan_transport.ucx_devices == ",".join(shared)
+    )
+    if not shared or not over_ports:
         return None
     by_name = {p.name: p for p in transport.node_ports(cluster.head)}
     rates = [by_name[n].rate_gbit or 0.0 for n in shared if n in by_name]
@@ -347,7 +353,7 @@ def run_bench(
         cluster, list(cluster.nodes), network.derive_network(cluster), settings
     )
     report.transport = str(record.extra.get("transport") or plan_transport.text)
-    limit = ports_limit(cluster, plan_transport)
+    limit = ports_limit(cluster, plan_transport, report.engine)
     if limit is not None:
         report.link_gbps, report.link_source = limit
     else:

@@ -40,20 +40,23 @@ NCCL = "NCCL"
 
 @dataclass(frozen=True)
 class NodeFacts:
-    gpus: int = 0
+    gpus: int = 0  # 0 also where nvidia-smi hung or failed ("gpus ?"): no NCCL measured there
     nccl_tests: str = ""  # sendrecv_perf's path on the node, "" when absent
     ports: list[rdma.Port] = field(default_factory=list)
+    nccl: bool = False  # libnccl.so.2 installed (the nccl role skips nodes without CUDA)
 
 
 def parse_node(text: str) -> NodeFacts:
-    gpus, found = 0, ""
+    gpus, found, nccl = 0, "", False
     for line in text.splitlines():
         word, _, rest = line.strip().partition(" ")
         if word == "gpus" and rest.strip().isdigit():
             gpus = int(rest.strip())
         elif word == "nccl-tests" and rest.strip() != "none":
             found = rest.strip()
-    return NodeFacts(gpus, found, rdma.parse_ports(text.splitlines()))
+        elif word == "nccl":
+            nccl = rest.strip() == "yes"
+    return NodeFacts(gpus, found, rdma.parse_ports(text.splitlines()), nccl)
 
 
 def probe(
@@ -109,8 +112,12 @@ def plan(
     nbytes: int = DEFAULT_BYTES,
     settings: cluster_settings.ClusterSettings | None = None,
 ) -> tuple[list[list[Measurement]], list[Pair]]:
-    """The steps of measurements, and the NCCL results known without measuring (a GPU pair one
-    of whose ends lacks nccl-tests fails with the fix). Pairs without GPUs at both ends: none."""
+    """The steps of measurements, and the NCCL results known without measuring: a pair of NCCL
+    nodes one of whose ends lacks nccl-tests fails with the fix, a port active at one end only
+    fails naming the other. Pairs without GPUs and NCCL at both ends: none.
+
+    Port k of a pair is measured between GPU k (modulo the GPUs of the smaller end) of each node:
+    on HGX-style nodes GPU k sits beside NIC k, so the path is the one NCCL takes for it."""
     settings = settings or cluster_settings.for_cluster(cluster)
     steps: list[list[Measurement]] = []
     known: list[Pair] = []
@@ -119,7 +126,7 @@ def plan(
         for i, j in round_pairs:
             a, b = nodes[i], nodes[j]
             fa, fb = facts.get(a.name, NodeFacts()), facts.get(b.name, NodeFacts())
-            if not (fa.gpus and fb.gpus):
+            if not (fa.gpus and fb.gpus and fa.nccl and fb.nccl):
                 continue
             lacking = [n.name for n, f in ((a, fa), (b, fb)) if not f.nccl_tests]
             if lacking:
@@ -134,10 +141,19 @@ def plan(
                     )
                 )
                 continue
-            rails = rdma.shared_rails(fa.ports, fb.ports)
-            ports = [p.name for p, _ in rails] or [""]
+            shared = [p.name for p, _ in rdma.shared_rails(fa.ports, fb.ports)]
+            ports = _union(fa.ports, fb.ports) if shared else [""]
             for k, port in enumerate(ports):
-                env = [f"NCCL_IB_HCA=={port}"] if port else []
+                if port and port not in shared:
+                    lacking = [n.name for n, f in ((a, fa), (b, fb))
+                               if port not in {p.name for p in rdma.active(f.ports)}]  # fmt: skip
+                    known.append(
+                        Pair(a.name, b.name, number, via=f"{NCCL} {port}",
+                             error=f"{port} is not active on {', '.join(lacking)}")
+                    )  # fmt: skip
+                    continue
+                gpu = k % min(fa.gpus, fb.gpus)
+                env = [f"NCCL_IB_HCA=={port}", f"CUDA_VISIBLE_DEVICES={gpu}"] if port else []
                 options = planner.LaunchOptions(
                     command=nccl_tests.command(nccl_tests.SENDRECV, nbytes, nbytes),
                     hosts=[a.name, b.name],
@@ -153,6 +169,12 @@ def plan(
                 )
         steps += by_index
     return steps, known
+
+
+def _union(a: Sequence[rdma.Port], b: Sequence[rdma.Port]) -> list[str]:
+    """The names of the ports active at either end, in the kernel's order."""
+    ports = {p.name: p for p in [*rdma.active(a), *rdma.active(b)]}
+    return [p.name for p in rdma.parse_ports(f"port {p.device} {p.port} x" for p in ports.values())]
 
 
 def run(
@@ -198,8 +220,8 @@ def read(m: Measurement, rc: int, output: str) -> Pair:
     if rc != 0 or row is None:
         said = remote.last_line(ranks.untagged(output)) or "no output"
         pair.error = f"{nccl_tests.SENDRECV} exit {rc}: {said}"
-    elif table.wrong:
-        pair.error = f"{nccl_tests.SENDRECV}: {table.wrong} wrong elements received"
+    elif table.failed_check:
+        pair.error = f"{nccl_tests.SENDRECV}: {table.failed_check}"
     else:
         pair.ab_GBps = pair.ba_GBps = row.busbw_GBps
     return pair

@@ -608,6 +608,16 @@ def _never_templated(extra: Mapping[str, Any]) -> dict[str, Any]:
     return {name: wrap_var(value) for name, value in extra.items()}
 
 
+TRANSPORTS = ("auto", "ucx", "tcp")  # mpi_transport (mpictl.transport reads it)
+
+
+def _transport(what: str, value: Any) -> str:
+    """``mpi_transport``: auto, ucx or tcp (any case)."""
+    if isinstance(value, str) and value.lower() in TRANSPORTS:
+        return value.lower()
+    raise UsageError(f"{what}: {quoted(value)} is not one of {', '.join(TRANSPORTS)}")
+
+
 def _interface(what: str, value: Any) -> str:
     """``mpi_network_interface``: unset when empty, else an interface name."""
     return "" if value == "" else inputs.interface_name(what, value)
@@ -674,6 +684,8 @@ def load_inventory(
         slots, source_of_slots = resolve_slots(name, {**merged, "mpi_slots": raw_slots})
         interface = check.checked("mpi_network_interface", _interface)
         check.checked("mpi_user", inputs.user_name)
+        if merged.get("mpi_transport") not in (None, ""):
+            check.checked("mpi_transport", _transport)
         check.words()
         common_args = check.ssh_args()
         key = check.last("ansible_private_key_file", "ansible_ssh_private_key_file")[1]

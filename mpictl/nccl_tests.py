@@ -52,8 +52,19 @@ class Table:
 
     @property
     def wrong(self) -> int:
-        """Wrong elements over the sweep, out of bounds values included."""
-        return sum(r.wrong or 0 for r in self.rows) + (self.out_of_bounds or 0)
+        """Wrong elements over the sweep (out of place; ``-c 1`` counts them per row)."""
+        return sum(r.wrong or 0 for r in self.rows)
+
+    @property
+    def failed_check(self) -> str:
+        """Why the results are wrong ("" when they are not): wrong elements, or sizes whose
+        check failed ("Out of bounds values" counts them)."""
+        parts = []
+        if self.wrong:
+            parts.append(f"{self.wrong} wrong elements received")
+        if self.out_of_bounds:
+            parts.append(f"{self.out_of_bounds} sizes out of bounds")
+        return ", ".join(parts)
 
 
 def _float(text: str) -> float:

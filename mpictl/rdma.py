@@ -16,6 +16,7 @@ from dataclasses import dataclass
 _LINE = re.compile(r"^port\s+(\S+)\s+(\d+)\s+(.*)$")
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
 _DEVICE = re.compile(r"^[A-Za-z0-9_.-]+$")
+LINK_LAYERS = ("InfiniBand", "Ethernet")
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,9 @@ class Port:
 
     @property
     def active(self) -> bool:
-        return self.state == "ACTIVE"
+        """Up, and InfiniBand or RoCE (Ethernet): the ports verbs, UCX's ib transports and NCCL's
+        IB plugin use (EFA and other link layers are not RDMA ports here)."""
+        return self.state == "ACTIVE" and self.link_layer in LINK_LAYERS
 
 
 def parse_ports(lines: Iterable[str]) -> list[Port]:

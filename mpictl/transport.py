@@ -6,7 +6,10 @@
   ``mpi_rdma_ports`` fact, read from sysfs by every provision), else ``tcp``.
 - UCX's devices (``UCX_NET_DEVICES``) follow the same rule as NCCL's HCAs (``NCCL_IB_HCA``): the
   active ports every node of the job has under the same name, in the kernel's order (all rails);
-  with no RDMA port, ``ucx`` runs over the interfaces of ``btl_tcp_if_include``.
+  with no RDMA port, ``ucx`` runs over the interfaces of ``btl_tcp_if_include`` (the planner
+  then also passes ``pml_ucx_tls any``/``pml_ucx_devices any``: OpenMPI's ucx pml otherwise
+  declines to run without a verbs or mlx5 transport).
+- A port counts when it is ACTIVE and InfiniBand or Ethernet (RoCE): ``rdma.Port.active``.
 - A user's own ``--mca pml``, ``-x UCX_NET_DEVICES`` or ``-x NCCL_IB_HCA`` wins (the planner
   adds a default only where the user gave none).
 """
@@ -17,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mpictl import rdma
-from mpictl.inventory import Node
+from mpictl.inventory import TRANSPORTS, Node
 from mpictl.network import Network
 
-MODES = ("auto", "ucx", "tcp")
+MODES = TRANSPORTS  # checked with the inventory (mpictl.inventory)
 VAR = "mpi_transport"
 PORTS_FACT = "mpi_rdma_ports"
 

@@ -94,7 +94,7 @@ def checks(
                 else "neither nvidia_peermem nor dma-buf: NCCL copies through host memory"
             )  # fmt: skip
             out.append(Check("GPUDirect RDMA", name, gdr, how, "" if gdr else PEERMEM))
-    out += _same_shape(ports, with_ports, list(data))
+    out += _same_shape(ports, with_ports)
     if chosen.pml == "ucx":
         out += _ucx_checks(data, chosen, provision)
     return out
@@ -106,11 +106,10 @@ def _shape(ports: Sequence[rdma.Port]) -> str:
     return f"{len(active)} active at {'/'.join(f'{r:g}' for r in rates)} Gb/s"
 
 
-def _same_shape(
-    ports: Mapping[str, list[rdma.Port]], with_ports: Sequence[str], nodes: Sequence[str]
-) -> list[Check]:
-    """Every node the same number of active ports at the same rate (a node with fewer rails or a
-    port trained at a lower rate drags every collective down to its speed)."""
+def _same_shape(ports: Mapping[str, list[rdma.Port]], nodes: Sequence[str]) -> list[Check]:
+    """Every node with ports the same number of active ports at the same rate (a node with fewer
+    rails or a port trained at a lower rate drags every collective down to its speed); nodes
+    without any port (CPU nodes of a mixed cluster) are not compared."""
     shapes = {n: _shape(ports[n]) for n in nodes}
     common, _ = Counter(shapes.values()).most_common(1)[0]
     odd = [n for n in nodes if shapes[n] != common]

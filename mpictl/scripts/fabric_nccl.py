@@ -58,7 +58,9 @@ def run_step(step: list[dict[str, object]], timeout: float) -> list[dict[str, ob
     readers = []
     for _, proc, chunks in procs:
         assert proc is not None and proc.stdout is not None
-        reader = threading.Thread(target=lambda p=proc, c=chunks: c.append(p.stdout.read()))
+        reader = threading.Thread(
+            target=lambda p=proc, c=chunks: c.append(p.stdout.read()), daemon=True
+        )
         reader.start()
         readers.append(reader)
     deadline = time.monotonic() + timeout

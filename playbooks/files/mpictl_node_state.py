@@ -79,7 +79,10 @@ def gpu_lines() -> list[str]:
     return [line for line in run(["nvidia-smi", "-L"]).splitlines() if line.startswith("GPU")]
 
 
-def rdma_ports(root: str = "/sys/class/infiniband") -> list[str]:
+IB_ROOT = "/sys/class/infiniband"
+
+
+def rdma_ports(root: str = IB_ROOT) -> list[str]:
     """Each RDMA port the kernel shows, as ``port DEV N STATE|RATE|LINK_LAYER`` (mpictl.rdma's
     format: the fact ``mpi_rdma_ports`` that picks the transport)."""
     out = []
@@ -140,8 +143,9 @@ def mem_gib(meminfo: str) -> str:
 
 def environment(gpus: list[str], cuda_homes: list[str]) -> str:
     """A digest of what the roles read from the node rather than the inventory: the OS, kernel,
-    host name, CPUs, memory, GPUs, addresses, the C compiler (build fingerprints hold its
-    version) and the CUDA toolkits the roles are pointed at."""
+    host name, CPUs, memory, GPUs, RDMA devices (their names: a port's state may change, a new
+    HCA makes the ucx role build its verbs transports), addresses, the C compiler (build
+    fingerprints hold its version) and the CUDA toolkits the roles are pointed at."""
     compiler = os.path.realpath("/usr/bin/cc")
     parts = [
         read("/etc/os-release"),
@@ -150,6 +154,7 @@ def environment(gpus: list[str], cuda_homes: list[str]) -> str:
         str(os.cpu_count()),
         mem_gib(read("/proc/meminfo")),
         "\n".join(gpus),
+        "\n".join(sorted(os.listdir(IB_ROOT)) if os.path.isdir(IB_ROOT) else []),
         "\n".join(addresses(run(["ip", "-o", "addr", "show"]))),
         compiler + " " + stat_signature(compiler, content=False),
         "\n".join(libcuda_entries(read_bytes("/etc/ld.so.cache"))),

@@ -16,7 +16,7 @@ from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions
 from tests.unit.jobside import cluster, facts, node, three
 
-RECORDED = Path(__file__).parent / "data" / "nccl_tests" / "all_reduce_perf_tagged.log"
+NCCL_TABLE = Path(__file__).parent / "data" / "nccl_tests" / "all_reduce_perf_tagged.log"
 
 
 class Head:
@@ -56,7 +56,7 @@ def test_auto_picks_nccl_only_with_gpus_everywhere_and_nccl_tests_on_the_head() 
 
 def table(ranks: int) -> str:
     """all_reduce_perf's table as mpirun tags it: the header of the data file, rows at 16 ranks."""
-    header = RECORDED.read_text().splitlines()[:4]
+    header = NCCL_TABLE.read_text().splitlines()[:4]
     rows = []
     for size, algbw in ((8, 0.0005), (1048576, 20.0), (268435456, 240.0)):
         seconds = size / (algbw * 1e9)
@@ -140,3 +140,20 @@ def test_on_rdma_nodes_busbw_is_compared_with_the_ports_rate_not_iperf3(
     )
     assert report.transport.startswith("ucx (pml ucx over mlx5_0:1,")
     assert "ratio busbw/ports: 1.13" in bench.summary(report)  # 450 / 400 GB/s at 256 MiB
+
+
+def test_a_tcp_transport_on_rdma_nodes_is_still_compared_with_iperf3() -> None:
+    from mpictl import transport
+
+    rails = [f"port mlx5_{k} 1 4: ACTIVE|400 Gb/sec (4X NDR)|InfiniBand" for k in range(2)]
+    c = cluster(
+        *(node(f"g{i}", 8, facts={**facts(f"10.0.0.{i}"), "mpi_rdma_ports": rails}) for i in (1, 2))
+    )
+    tcp = transport.choose("tcp", list(c.nodes), None)
+    assert bench.ports_limit(c, tcp, "mpi") is None  # MPI went over TCP
+    assert bench.ports_limit(c, tcp, "nccl") == (
+        100.0,
+        "RDMA ports mlx5_0:1,mlx5_1:1 (2 x 400 Gb/s)",
+    )
+    ucx = transport.choose("auto", list(c.nodes), None)
+    assert bench.ports_limit(c, ucx, "mpi") is not None

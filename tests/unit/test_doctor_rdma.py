@@ -110,3 +110,17 @@ def test_with_ucx_as_the_transport_ucx_and_openmpi_must_see_the_ports() -> None:
         ("openmpi ucx pml", "c"): "ompi_info lists no ucx pml: OpenMPI was built without UCX",
         ("ucx", "d"): "ucx_info is not on PATH",
     }
+
+
+def test_cpu_nodes_of_a_mixed_cluster_are_not_compared_with_the_rdma_nodes() -> None:
+    checks = run({"cpu1": probe([], gpus=0), "cpu2": probe([], gpus=0), "ib1": probe(ports(2))})
+    assert failed(checks) == []
+    alike = [c for c in checks if c.check == "rdma ports alike"]
+    assert [(c.node, c.detail) for c in alike] == [("all", "2 active at 400 Gb/s")]
+
+
+def test_ports_of_other_link_layers_are_not_rdma_ports() -> None:
+    efa = ["port rdmap16s27 1 4: ACTIVE|100 Gb/sec (4X EDR)|Unspecified"]
+    checks = run({"a": probe(efa), "b": probe(efa)})
+    bad = {(c.check, c.node) for c in checks if not c.ok}
+    assert ("rdma ports", "a") in bad  # listed, but no usable (IB/RoCE) port

@@ -24,7 +24,7 @@ from mpictl.fabric_rules import FAILED, OK, SLOW, Pair, Rate
 from mpictl.settings import ClusterSettings
 from tests.unit.jobside import cluster, facts, node
 
-RECORDED = Path(__file__).parent / "data" / "nccl_tests" / "all_reduce_perf_tagged.log"
+NCCL_TABLE = Path(__file__).parent / "data" / "nccl_tests" / "all_reduce_perf_tagged.log"
 SETTINGS = ClusterSettings("mpi", "/opt/mpictl/venv", "/etc/mpictl/hostfile", "/t", "/b")
 
 
@@ -36,9 +36,9 @@ def ib_lines(rails: int, down: tuple[int, ...] = (), rate: str = "400 Gb/sec (4X
     return "\n".join(lines)
 
 
-def probe_text(gpus: int, tests: bool = True, ports: str = "") -> str:
+def probe_text(gpus: int, tests: bool = True, ports: str = "", nccl: bool = True) -> str:
     found = "/usr/local/nccl-tests-2.19.6/bin/sendrecv_perf" if tests else "none"
-    return f"gpus {gpus}\nnccl-tests {found}\n{ports}\n"
+    return f"gpus {gpus}\nnccl {'yes' if nccl else 'no'}\nnccl-tests {found}\n{ports}\n"
 
 
 # --------------------------------------------------------------------------- ports and tables
@@ -71,7 +71,7 @@ def test_shared_rails_are_the_active_ports_both_ends_have() -> None:
 def test_the_nccl_tests_table_is_read() -> None:
     from mpictl import ranks
 
-    lines = ranks.split(RECORDED.read_text())[0]["stdout"]
+    lines = ranks.split(NCCL_TABLE.read_text())[0]["stdout"]
     table = nccl_tests.parse(lines)
     assert [r.bytes for r in table.rows] == [8, 1073741824, 2147483648, 4294967296]
     assert table.largest is not None and table.largest.algbw_GBps == pytest.approx(1513.00)
@@ -84,7 +84,9 @@ def test_a_wrong_element_counts() -> None:
         "   268435456   67108864  float  sum  -1  5800.1  46.28  46.28  3  5790.2  46.36  46.36  0"
     )
     table = nccl_tests.parse([line, "# Out of bounds values : 2 FAILED"])
-    assert table.wrong == 5 and table.rows[0].busbw_GBps == pytest.approx(46.28)
+    assert table.wrong == 3 and table.rows[0].busbw_GBps == pytest.approx(46.28)
+    assert table.failed_check == "3 wrong elements received, 2 sizes out of bounds"
+    assert nccl_tests.parse([line.replace("  3  ", "  0  ", 1)]).failed_check == ""
 
 
 # --------------------------------------------------------------------------- planning
@@ -106,7 +108,11 @@ def test_a_measurement_per_shared_port_in_steps_of_disjoint_pairs() -> None:
     steps, known = fabric_nccl.plan(
         c, list(c.nodes), node_facts, rounds, None, "J9", settings=SETTINGS
     )
-    assert known == []
+    # g3's mlx5_1 is down: its pairs fail on that port, naming it (a down rail is not skipped)
+    assert sorted((p.a, p.b, p.via, p.error) for p in known) == [
+        ("g1", "g3", "NCCL mlx5_1:1", "mlx5_1:1 is not active on g3"),
+        ("g2", "g3", "NCCL mlx5_1:1", "mlx5_1:1 is not active on g3"),
+    ]
     done = [(m.a, m.b, m.via) for step in steps for m in step]
     assert sorted(done) == [
         ("g1", "g2", "NCCL mlx5_0:1"),
@@ -123,6 +129,7 @@ def test_a_measurement_per_shared_port_in_steps_of_disjoint_pairs() -> None:
     assert argv[argv.index("--host") + 1] == "g1:1,g2:1"
     assert argv[argv.index("-np") + 1] == "2"
     assert "NCCL_IB_HCA==mlx5_1:1" in argv and "MPICTL_JOB_ID=J9" in argv
+    assert "CUDA_VISIBLE_DEVICES=1" in argv  # port 1 between GPU 1 of each node
     assert argv[argv.index("sendrecv_perf") :][:5] == [
         "sendrecv_perf",
         "-b",
@@ -221,7 +228,7 @@ def test_the_driver_ends_a_measurement_past_its_limit_and_names_a_missing_progra
 
 
 def table_output(busbw: float, wrong: int = 0) -> str:
-    rows = RECORDED.read_text().splitlines()[:4]  # the table's header lines
+    rows = NCCL_TABLE.read_text().splitlines()[:4]  # the table's header lines
     row = (
         f"   268435456      67108864     float     sum      -1  5800.00  {busbw:.2f}  {busbw:.2f}"
         f"  {wrong}  5790.00  {busbw:.2f}  {busbw:.2f}  0"
@@ -321,3 +328,17 @@ def test_measurements_run_on_the_head_and_land_in_their_pairs(tmp_path: Path) ->
     first, second = pairs[0].nccl
     assert first.via == "NCCL mlx5_0:1" and first.slower_GBps == pytest.approx(46.5)
     assert second.error == "sendrecv_perf exit 3: NCCL WARN Net : Connect to 10.0.0.12 failed"
+
+
+def test_gpu_nodes_without_nccl_are_not_measured_and_not_failed() -> None:
+    """The nccl role skips a node without a CUDA toolkit: its GPUs have no NCCL to measure, and
+    provisioning would not change that, so its pairs carry no NCCL result at all."""
+    c = gpu_cluster(2)
+    node_facts = {"g1": fabric_nccl.parse_node(probe_text(8)),
+                  "g2": fabric_nccl.parse_node(probe_text(8, tests=False, nccl=False))}  # fmt: skip
+    steps, known = fabric_nccl.plan(
+        c, list(c.nodes), node_facts, [[(0, 1)]], None, "J", settings=SETTINGS
+    )
+    assert steps == [] and known == []
+    hung = fabric_nccl.parse_node("gpus ?\nnccl yes\nnccl-tests /x/sendrecv_perf\n")
+    assert hung.gpus == 0 and hung.nccl

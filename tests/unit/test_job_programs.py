@@ -443,7 +443,8 @@ def test_the_mpi_library_line_loses_the_nul_mpi4py_4_leaves_on_it(tmp_path: Path
 
 def test_the_fabric_node_probe_counts_gpus_and_finds_nccl_tests(tmp_path: Path) -> None:
     """As fabric runs it (``sh -s``, the program on stdin), with a stub ``nvidia-smi -L`` of two
-    GPUs and ``sendrecv_perf`` on PATH; this machine's /sys has no RDMA ports (none printed)."""
+    GPUs, ``sendrecv_perf`` on PATH and a sysfs tree built here in the kernel's layout (two mlx5
+    ports, one down: written for this test, not recorded on a machine with HCAs)."""
     bindir = fake_bin(
         tmp_path,
         "nvidia-smi",
@@ -451,24 +452,35 @@ def test_the_fabric_node_probe_counts_gpus_and_finds_nccl_tests(tmp_path: Path) 
         'echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"\n',
     )
     fake_bin(tmp_path, "sendrecv_perf", "exit 0\n")
-    proc = subprocess.run(
-        ["sh", "-s"],
-        input=programs.source("fabric_node.sh"),
-        capture_output=True,
-        text=True,
-        env=with_path(bindir),
-        check=True,
-    )
+    root = tmp_path / "infiniband"
+    for device, state in (("mlx5_0", "4: ACTIVE"), ("mlx5_1", "1: DOWN")):
+        port = root / device / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+        (port / "link_layer").write_text("InfiniBand\n")
+
+    def probe(path: str, *args: str) -> str:
+        return subprocess.run(
+            ["sh", "-s", *args],
+            input=programs.source("fabric_node.sh"),
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PATH": path},
+            check=True,
+            timeout=60,
+        ).stdout
+
     from mpictl import fabric_nccl
 
-    facts = fabric_nccl.parse_node(proc.stdout)
+    facts = fabric_nccl.parse_node(probe(f"{bindir}:{os.environ['PATH']}", "--", str(root)))
     assert facts.gpus == 2 and facts.nccl_tests == str(bindir / "sendrecv_perf")
-    bare = subprocess.run(
-        ["sh", "-s"],
-        input=programs.source("fabric_node.sh"),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PATH": "/usr/bin:/bin"},
-        check=True,
+    assert [(p.name, p.active, p.rate_gbit) for p in facts.ports] == [
+        ("mlx5_0:1", True, 400.0),
+        ("mlx5_1:1", False, 400.0),
+    ]
+    assert probe("/usr/bin:/bin", "--", str(tmp_path / "none")).startswith(
+        "gpus 0\nnccl no\nnccl-tests none\n"
     )
-    assert bare.stdout.startswith("gpus 0\nnccl-tests none\n")
+    fake_bin(tmp_path, "nvidia-smi", "exit 9\n")  # a driver in a bad state: the node answers
+    assert probe(f"{bindir}:{os.environ['PATH']}").startswith("gpus ?\n")
