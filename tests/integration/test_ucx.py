@@ -54,7 +54,7 @@ def test_pml_ucx_runs_the_seed_collectives_over_ucxs_tcp_and_ob1_is_the_control(
     inventory: Path, cluster: Cluster
 ) -> None:
     ucx = run_seed(
-        inventory, "--mca", "pml", "ucx", "--mca", "pml_base_verbose", "10",
+        inventory, "--mca", "pml=ucx", "--mca", "pml_base_verbose=10",
         "-x", "UCX_TLS=tcp,self,sm", "-x", "UCX_LOG_LEVEL=info",
     )  # fmt: skip
     out = ucx.stdout + ucx.stderr
@@ -66,7 +66,7 @@ def test_pml_ucx_runs_the_seed_collectives_over_ucxs_tcp_and_ob1_is_the_control(
                if '"suite": "mpi"' in line]  # fmt: skip
     assert len(results) == 7, ucx.stdout  # point-to-point ... allreduce, rank 0's lines
     assert all(r["ok"] and r["ranks"] == 3 and len(r["hosts"]) == 3 for r in results), results
-    ob1 = run_seed(inventory, "--mca", "pml", "ob1", "--mca", "pml_base_verbose", "10")
+    ob1 = run_seed(inventory, "--mca", "pml=ob1", "--mca", "pml_base_verbose=10")
     out = ob1.stdout + ob1.stderr
     assert ob1.returncode == 0, out
     assert "select: component ob1 selected" in out and "component ucx selected" not in out, out
