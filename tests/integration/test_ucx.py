@@ -63,10 +63,13 @@ def test_pml_ucx_runs_the_seed_collectives_over_ucxs_tcp_and_ob1_is_the_control(
     assert "tcp/eth0" in out, out  # UCX's own line: the transports its endpoints use
     assert "UCX_NET_DEVICES=eth0" in ucx.stderr  # announced: the interface rule, for UCX
     results = [json.loads(line[line.index("{") :]) for line in ucx.stdout.splitlines()
-               if '"suite": "mpi"' in line]  # fmt: skip
+               if '"suite": "mpi"' in line and '"test"' in line]  # fmt: skip
     assert len(results) == 7, ucx.stdout  # point-to-point ... allreduce, rank 0's lines
     assert all(r["ok"] and r["ranks"] == 3 and len(r["hosts"]) == 3 for r in results), results
-    ob1 = run_seed(inventory, "--mca", "pml=ob1", "--mca", "pml_base_verbose=10")
+    # UCX logging on here too: had UCX carried the job, its endpoint lines would show
+    ob1 = run_seed(
+        inventory, "--mca", "pml=ob1", "--mca", "pml_base_verbose=10", "-x", "UCX_LOG_LEVEL=info"
+    )
     out = ob1.stdout + ob1.stderr
     assert ob1.returncode == 0, out
     assert "select: component ob1 selected" in out and "component ucx selected" not in out, out
