@@ -136,18 +136,24 @@ _apt_cmd() {
     -o APT::Sandbox::User=root "$@"
 }
 
+# copy_vendored FILE: the file of that name in tests/data/sources/ (sources no reachable registry
+# carries, vendored so a clean clone has them) copied to FILE once.
+copy_vendored() {
+  local vendored
+  vendored="$ROOT/tests/data/sources/$(basename "$1")"
+  [[ -s "$1" ]] && return 0
+  [[ -s "$vendored" ]] || die "$vendored not found (not vendored in this checkout)"
+  log "copying the vendored $(basename "$1")"
+  cp "$vendored" "$1.part" && chmod 0644 "$1.part" && mv "$1.part" "$1"
+}
+
 # --- one function per source -----------------------------------------------------------------
 # `git archive` of openucx/ucx's tag, vendored in the repository (a clean clone has it); copied
 # into $DEST once. It has no generated configure (the role runs autogen.sh) and is not upstream's
 # release tarball, so it carries its own sha256 (the README of tests/data/sources/ records it).
 fetch_ucx() {
-  local vendored="$ROOT/tests/data/sources/ucx-${UCX_VERSION}.tar.xz"
   local file="$DEST/ucx-${UCX_VERSION}.tar.xz"
-  if [[ ! -s "$file" ]]; then
-    [[ -s "$vendored" ]] || die "$vendored not found (UCX $UCX_VERSION is not vendored)"
-    log "copying the vendored UCX $UCX_VERSION source"
-    cp "$vendored" "$file.part" && chmod 0644 "$file.part" && mv "$file.part" "$file"
-  fi
+  copy_vendored "$file"
   emit_source ucx "$UCX_VERSION" "$file"
 }
 
@@ -238,13 +244,8 @@ fetch_nccl() {
 # The `git archive` of NVIDIA/nccl-tests' tag, vendored in the repository (a clean clone has it);
 # copied into $DEST once, checked against the role's pin.
 fetch_nccl_tests() {
-  local vendored="$ROOT/tests/data/sources/nccl-tests-${NCCL_TESTS_VERSION}.tar.gz"
   local file="$DEST/nccl-tests-${NCCL_TESTS_VERSION}.tar.gz"
-  if [[ ! -s "$file" ]]; then
-    [[ -s "$vendored" ]] || die "$vendored not found (nccl-tests $NCCL_TESTS_VERSION is not vendored)"
-    log "copying the vendored nccl-tests $NCCL_TESTS_VERSION source"
-    cp "$vendored" "$file.part" && chmod 0644 "$file.part" && mv "$file.part" "$file"
-  fi
+  copy_vendored "$file"
   emit_source nccl_tests "$NCCL_TESTS_VERSION" "$file" pinned
 }
 
