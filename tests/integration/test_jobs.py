@@ -21,7 +21,7 @@ import pytest
 
 from mpictl import smoke
 from mpictl.inventory import Cluster
-from tests.integration.nodes import ROOT, load, ssh
+from tests.integration.nodes import HOLD, ROOT, load, ssh
 
 VENV_PY = "/opt/mpictl/venv/bin/python"
 
@@ -265,14 +265,15 @@ def test_sigterm_ends_the_job_and_finalizes_its_record(inventory: Path, cluster:
 def test_run_streams_output_records_the_job_and_keeps_the_exit_code(
     inventory: Path, cluster: Cluster
 ) -> None:
-    proc = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", "hostname", check=True)
+    shown = ["sh", "-c", f"hostname; {HOLD}"]
+    proc = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", *shown, check=True)
     hostnames = {ssh(n, "hostname").stdout.strip() for n in cluster.nodes}
     assert {line.rsplit(":", 1)[-1].strip() for line in proc.stdout.splitlines()} == hostnames
     job = job_id_of(proc.stderr)
     listed = json.loads(mpictl("jobs", "list", "--json", check=True).stdout)
     assert job in [j["id"] for j in listed]
     record = json.loads(mpictl("jobs", "show", job, check=True).stdout)
-    assert record["ranks"] == 3 and record["exit_code"] == 0 and record["command"] == ["hostname"]
+    assert record["ranks"] == 3 and record["exit_code"] == 0 and record["command"] == shown
     assert record["end"] >= record["start"]
     logs = mpictl("jobs", "logs", job, check=True).stdout
     assert all(h in logs for h in hostnames)
@@ -281,10 +282,10 @@ def test_run_streams_output_records_the_job_and_keeps_the_exit_code(
     iface = argv[argv.index("btl_tcp_if_include") + 1]
     assert f"NCCL_SOCKET_IFNAME={iface}" in argv
     env = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", "sh", "-c",
-                 'echo "$NCCL_SOCKET_IFNAME"', check=True)  # fmt: skip
+                 f'echo "$NCCL_SOCKET_IFNAME"; {HOLD}', check=True)  # fmt: skip
     assert [line.rsplit(":", 1)[-1].strip() for line in env.stdout.splitlines()] == [iface] * 3
     sub = mpictl("run", "-i", str(inventory), "--hosts", "node2,node3", "-np", "2", "--", "sh",
-                 "-c", "exit 3")  # fmt: skip
+                 "-c", f"{HOLD}; exit 3")  # fmt: skip
     assert sub.returncode == 3
 
 

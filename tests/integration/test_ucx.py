@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from mpictl.inventory import Cluster
-from tests.integration.nodes import load, run_cli, ssh_mpi
+from tests.integration.nodes import HOLD, load, run_cli, ssh_mpi
 
 SEED = "/opt/mpictl/share/jobs/smoke_mpi.py"
 VENV_PY = "/opt/mpictl/venv/bin/python"
@@ -79,7 +79,7 @@ def test_pml_ucx_runs_the_seed_collectives_over_ucxs_tcp_and_ob1_is_the_control(
 def test_auto_picks_tcp_without_rdma_and_mpi_transport_ucx_runs_smoke_over_ucx(
     inventory: Path, tmp_path: Path, it_state: Path
 ) -> None:
-    auto = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", "true")
+    auto = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", *HOLD.split())
     assert auto.returncode == 0, auto.stderr
     assert "transport: tcp (pml ob1): auto: no node has an active RDMA port" in auto.stderr
     ucx_inv = tmp_path / "inventory"
@@ -93,5 +93,5 @@ def test_auto_picks_tcp_without_rdma_and_mpi_transport_ucx_runs_smoke_over_ucx(
     for job in report["jobs"]:  # the job record keeps the transport and why
         record = json.loads((it_state / "jobs" / job / "job.json").read_text())
         assert record["extra"]["transport"].startswith("ucx (pml ucx over eth0)"), record
-    run = mpictl("run", "-i", str(ucx_inv), "--ppn", "1", "--", "true")
+    run = mpictl("run", "-i", str(ucx_inv), "--ppn", "1", "--", *HOLD.split())
     assert "transport: ucx (pml ucx over eth0): mpi_transport: ucx, over TCP" in run.stderr
