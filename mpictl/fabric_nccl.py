@@ -8,8 +8,8 @@ the same ports, in the rounds of disjoint pairs of the MPI measurement.
 - **Each measurement is an mpirun line of its own**, planned by :func:`mpictl.planner.plan` as
   every job is (the cluster's transport, interface rule, ``NCCL_SOCKET_IFNAME``), with
   ``NCCL_IB_HCA==<port>`` to hold NCCL to one port (``=``: that name exactly). Pairs whose ends
-  share active ports by name are measured once per port (rail k of one node faces rail k of the
-  others); other GPU pairs once, over what NCCL picks.
+  share rails by name (``rdma.rails``: front-end NICs left out) are measured once per port
+  (rail k of one node faces rail k of the others); other GPU pairs once, over what NCCL picks.
 - **The head runs them** (``scripts/fabric_nccl.py``): the measurements of a step at the same
   time, the steps one after the other; a step is one round and one port index.
 - **A figure** is the out-of-place bus bandwidth of the largest size, which for a send/receive
@@ -83,7 +83,7 @@ def port_rates(facts: Mapping[str, NodeFacts], expect: float | None) -> dict[tup
     """Each active port's rate by (node, port): ``--expect`` when given, else the kernel's."""
     out: dict[tuple[str, str], Rate] = {}
     for name, node in facts.items():
-        for port in rdma.active(node.ports):
+        for port in rdma.rails(node.ports):
             if expect is not None:
                 out[(name, port.name)] = Rate(expect, "--expect")
             elif port.rate_gbit:
@@ -172,9 +172,9 @@ def plan(
 
 
 def _union(a: Sequence[rdma.Port], b: Sequence[rdma.Port]) -> list[str]:
-    """The names of the ports active at either end, in the kernel's order."""
-    ports = {p.name: p for p in [*rdma.active(a), *rdma.active(b)]}
-    return [p.name for p in rdma.parse_ports(f"port {p.device} {p.port} x" for p in ports.values())]
+    """The names of the rails active at either end, in the kernel's order."""
+    ports = {p.name: p for p in [*rdma.rails(a), *rdma.rails(b)]}
+    return [p.name for p in sorted(ports.values(), key=rdma.order)]
 
 
 def run(

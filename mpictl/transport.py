@@ -2,14 +2,16 @@
 (``pml ob1`` with the tcp btl), and why.
 
 - ``mpi_transport`` (inventory, the head's value; default ``auto``): ``tcp``, ``ucx`` or
-  ``auto``. ``auto`` is ``ucx`` where every node of the job has an active RDMA port (the
+  ``auto``. ``auto`` is ``ucx`` where every node of the job has an active rail (the
   ``mpi_rdma_ports`` fact, read from sysfs by every provision), else ``tcp``.
 - UCX's devices (``UCX_NET_DEVICES``) follow the same rule as NCCL's HCAs (``NCCL_IB_HCA``): the
-  active ports every node of the job has under the same name, in the kernel's order (all rails);
+  rails every node of the job has under the same name, in the kernel's order (all of them);
   with no RDMA port, ``ucx`` runs over the interfaces of ``btl_tcp_if_include`` (the planner
   then also passes ``pml_ucx_tls any``/``pml_ucx_devices any``: OpenMPI's ucx pml otherwise
   declines to run without a verbs or mlx5 transport).
-- A port counts when it is ACTIVE and InfiniBand or Ethernet (RoCE): ``rdma.Port.active``.
+- A rail is an ACTIVE InfiniBand or Ethernet (RoCE) port of the node's rail family, its fastest
+  port's HCA model and link layer (``rdma.rails``): a front-end NIC beside the rails (a
+  BlueField bond, a 100G ConnectX-6 for storage) carries no job traffic.
 - A user's own ``--mca pml``, ``-x UCX_NET_DEVICES`` or ``-x NCCL_IB_HCA`` wins (the planner
   adds a default only where the user gave none).
 """
@@ -58,9 +60,9 @@ def shared_ports(nodes: Sequence[Node]) -> list[str]:
     """The active ports every node has under the same name, in the first node's order."""
     if not nodes:
         return []
-    names = [p.name for p in rdma.active(node_ports(nodes[0]))]
+    names = [p.name for p in rdma.rails(node_ports(nodes[0]))]
     for node in nodes[1:]:
-        theirs = {p.name for p in rdma.active(node_ports(node))}
+        theirs = {p.name for p in rdma.rails(node_ports(node))}
         names = [n for n in names if n in theirs]
     return names
 
@@ -70,7 +72,7 @@ def choose(
 ) -> Transport:
     """The transport of a job on ``nodes`` for ``mpi_transport: mode`` (checked by the caller);
     ``ucx_built`` false (``ucx_enabled: false``) makes ``auto`` TCP."""
-    without = [n.name for n in nodes if not rdma.active(node_ports(n))]
+    without = [n.name for n in nodes if not rdma.rails(node_ports(n))]
     shared = shared_ports(nodes)
     hcas = "=" + ",".join(shared) if shared and not without else ""
     # UCX's devices whichever pml is asked for (a user's own --mca pml ucx too): every node's

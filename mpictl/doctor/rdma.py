@@ -1,8 +1,8 @@
 """Checks of the RDMA layer, per node and per port, from the probe's ``rdma`` part: the transport
-the jobs will use and why, each node's HCA ports (state, link layer, rate), the same active
-ports at the same rate on every node, rdma-core's verbs library, GPUDirect RDMA on GPU nodes,
-and that UCX and OpenMPI see what the transport needs. Nothing is said of a node without ports
-beyond the transport line (TCP is then the fabric)."""
+the jobs will use and why, each node's HCA ports (state, link layer, model, rate), the same
+rails at the same rate on every node (front-end NICs named, not compared), rdma-core's verbs
+library, GPUDirect RDMA on GPU nodes, and that UCX and OpenMPI see what the transport needs.
+Nothing is said of a node without ports beyond the transport line (TCP is then the fabric)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,14 @@ def _ports(data: Mapping[str, Any]) -> list[rdma.Port]:
 
 def _describe(port: rdma.Port) -> str:
     rate = f"{port.rate_gbit:g} Gb/s" if port.rate_gbit else "rate unknown"
-    return f"{port.name} {port.state} ({port.link_layer or 'link layer unknown'}, {rate})"
+    model = f" {port.hca_type}" if port.hca_type else ""
+    return f"{port.name} {port.state} ({port.link_layer or 'link layer unknown'}{model}, {rate})"
+
+
+def _family(rails: Sequence[rdma.Port]) -> str:
+    first = rails[0]
+    model = f" {first.hca_type}" if first.hca_type else ""
+    return f"the {len(rails)} {first.link_layer}{model} ports"
 
 
 def _kernel_has_dmabuf(release: str) -> bool:
@@ -54,8 +61,9 @@ def checks(
     if not with_ports:
         return out
     for name in with_ports:
-        active = rdma.active(ports[name])
-        down = [p for p in ports[name] if not p.active]
+        active = rdma.rails(ports[name])
+        down = rdma.rails_down(ports[name])
+        front = rdma.front_end(ports[name])
         detail = "; ".join(_describe(p) for p in ports[name])
         out.append(
             Check(
@@ -69,13 +77,23 @@ def checks(
                 "manager (ibstat; for RoCE, the Ethernet link)",
             )
         )
-        if active and down:  # a down port among active ones: named, not failed (spares exist)
+        if active and down:  # a rail's sibling down: named, not failed (uncabled second ports)
             out.append(
                 Check(
                     "rdma ports down",
                     name,
                     True,
                     ", ".join(p.name for p in down) + " down (not used by jobs)",
+                )
+            )
+        if front:
+            out.append(
+                Check(
+                    "rdma front end",
+                    name,
+                    True,
+                    ", ".join(_describe(p) for p in front)
+                    + f": not a rail (the rails are {_family(active)}); jobs leave it out",
                 )
             )
         info = data[name].get("rdma") or {}
@@ -101,7 +119,7 @@ def checks(
 
 
 def _shape(ports: Sequence[rdma.Port]) -> str:
-    active = rdma.active(ports)
+    active = rdma.rails(ports)
     rates = sorted({p.rate_gbit or 0 for p in active})
     return f"{len(active)} active at {'/'.join(f'{r:g}' for r in rates)} Gb/s"
 

@@ -126,29 +126,37 @@ def nccl(ldconfig_output: str, versions: dict[str, Any], found: dict[str, str]) 
             return
 
 
-def rdma(ldconfig_output: str, with_ucx: bool) -> dict[str, Any]:
-    """The node's RDMA layer: its HCA ports from sysfs (``port DEV N STATE|RATE|LINK_LAYER``
-    lines, as fabric's node probe prints them), rdma-core's verbs library, GPUDirect RDMA
-    (nvidia_peermem loaded; the open kernel module with a kernel that has dma-buf), and what UCX
-    and OpenMPI see (only where the node has ports, or where UCX is the transport)."""
+def rdma_ports(root: str = "/sys/class/infiniband") -> list[str]:
+    """Each HCA port in sysfs under ``root`` as a ``port DEV N STATE|RATE|LINK_LAYER|HCA_TYPE``
+    line."""
     ports = []
-    for state in sorted(glob.glob("/sys/class/infiniband/*/ports/*/state")):
+    for state in sorted(glob.glob(os.path.join(root, "*", "ports", "*", "state"))):
         port_dir = os.path.dirname(state)
-        device = port_dir.split("/")[4]
+        device = os.path.basename(os.path.dirname(os.path.dirname(port_dir)))
         fields = [
             (read_text(os.path.join(port_dir, name)) or "").strip()
             for name in ("state", "rate", "link_layer")
         ]
+        fields.append((read_text(os.path.join(root, device, "hca_type")) or "").strip())
         ports.append(f"port {device} {os.path.basename(port_dir)} " + "|".join(fields))
+    return ports
+
+
+def rdma(ldconfig_output: str, with_ucx: bool) -> dict[str, Any]:
+    """The node's RDMA layer: its HCA ports from sysfs (``port DEV N
+    STATE|RATE|LINK_LAYER|HCA_TYPE`` lines, as fabric's node probe prints them), rdma-core's
+    verbs library, GPUDirect RDMA (nvidia_peermem loaded; the open kernel module with a kernel
+    that has dma-buf), and what UCX and OpenMPI see (only where the node has ports, or where
+    UCX is the transport)."""
     driver = read_text("/proc/driver/nvidia/version") or ""
     out: dict[str, Any] = {
-        "ports": ports,
+        "ports": rdma_ports(),
         "verbs": "libibverbs.so.1" in ldconfig_output,
         "peermem": os.path.isdir("/sys/module/nvidia_peermem"),
         "open_kernel_module": "Open Kernel Module" in driver,
         "kernel": os.uname().release,
     }
-    if not ports and not with_ucx:
+    if not out["ports"] and not with_ucx:
         return out
     ucx_info = shutil.which("ucx_info")
     if ucx_info:

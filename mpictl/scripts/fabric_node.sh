@@ -6,7 +6,8 @@
 #   gpus N               (nvidia-smi -L; "gpus ?" when it hangs or fails: the node still answers)
 #   nccl yes|no          (libnccl.so.2 known to the dynamic linker)
 #   nccl-tests PATH|none
-#   port DEVICE PORT STATE|RATE|LINK_LAYER     e.g. port mlx5_0 1 4: ACTIVE|400 Gb/sec (4X NDR)|InfiniBand
+#   port DEVICE PORT STATE|RATE|LINK_LAYER|HCA_TYPE
+#                        e.g. port mlx5_0 1 4: ACTIVE|400 Gb/sec (4X NDR)|InfiniBand|MT4129
 root=${1:-/sys/class/infiniband}
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -27,7 +28,8 @@ for dir in "$root"/*/ports/*; do
   [ -r "$dir/state" ] || continue
   device=${dir#"$root"/}
   device=${device%%/*}
-  printf 'port %s %s %s|%s|%s\n' "$device" "${dir##*/}" "$(cat "$dir/state")" \
-    "$(cat "$dir/rate" 2>/dev/null)" "$(cat "$dir/link_layer" 2>/dev/null)"
+  printf 'port %s %s %s|%s|%s|%s\n' "$device" "${dir##*/}" "$(cat "$dir/state")" \
+    "$(cat "$dir/rate" 2>/dev/null)" "$(cat "$dir/link_layer" 2>/dev/null)" \
+    "$(cat "$root/$device/hca_type" 2>/dev/null)"
 done
 exit 0

@@ -83,8 +83,8 @@ IB_ROOT = "/sys/class/infiniband"
 
 
 def rdma_ports(root: str = IB_ROOT) -> list[str]:
-    """Each RDMA port the kernel shows, as ``port DEV N STATE|RATE|LINK_LAYER`` (mpictl.rdma's
-    format: the fact ``mpi_rdma_ports`` that picks the transport)."""
+    """Each RDMA port the kernel shows, as ``port DEV N STATE|RATE|LINK_LAYER|HCA_TYPE``
+    (mpictl.rdma's format: the fact ``mpi_rdma_ports`` that picks the transport)."""
     out = []
     for device in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         ports = os.path.join(root, device, "ports")
@@ -96,6 +96,11 @@ def rdma_ports(root: str = IB_ROOT) -> list[str]:
                         fields.append(handle.read().strip())
                 except OSError:
                     fields.append("")
+            try:
+                with open(os.path.join(root, device, "hca_type")) as handle:
+                    fields.append(handle.read().strip())
+            except OSError:
+                fields.append("")
             out.append(f"port {device} {port} " + "|".join(fields))
     return out
 

@@ -1,8 +1,8 @@
 """The ``mpi_rdma_ports`` fact: every provision's node probe (playbooks/files/mpictl_node_state.py)
 reads the HCA ports from sysfs, validate.yml caches them where they changed, and the job side's
 transport reads them (mpictl.transport). The sysfs tree here is built by the test in the kernel's
-layout and format (``/sys/class/infiniband/<dev>/ports/<n>/{state,rate,link_layer}``); no machine
-with HCAs was available to record one."""
+layout and format (``/sys/class/infiniband/<dev>/ports/<n>/{state,rate,link_layer}``); the
+readers on recorded trees of real nodes: test_rdma_recordings.py."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def test_the_probe_reads_every_port_in_the_parsers_format(tmp_path: Path) -> Non
     )
     lines = node_state.rdma_ports(str(root))
     assert lines == [
-        "port mlx5_0 1 1: DOWN|10 Gb/sec (4X SDR)|InfiniBand",
-        "port mlx5_1 1 4: ACTIVE|400 Gb/sec (4X NDR)|InfiniBand",
-        "port mlx5_bond_0 1 4: ACTIVE|200 Gb/sec (2X NDR)|Ethernet",
+        "port mlx5_0 1 1: DOWN|10 Gb/sec (4X SDR)|InfiniBand|",  # no hca_type file here
+        "port mlx5_1 1 4: ACTIVE|400 Gb/sec (4X NDR)|InfiniBand|",
+        "port mlx5_bond_0 1 4: ACTIVE|200 Gb/sec (2X NDR)|Ethernet|",
     ]
     parsed = rdma.parse_ports(lines)
     assert [(p.name, p.active, p.rate_gbit) for p in parsed] == [
