@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 from mpictl import paths, provision, sandbox  # noqa: E402
 from mpictl.sandbox import podman  # noqa: E402
 
-TAGS = "ssh,environment,hostfile,openmpi,mpi4py,jobs"
+TAGS = "ssh,environment,hostfile,ucx,ucc,openmpi,mpi4py,jobs"
 OFF = {"nccl_enabled": False, "horovod_enabled": False, "slurm_enabled": False}
 TASK_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable")
 

@@ -175,14 +175,15 @@ def mpictl_selected_components(
 
 
 # What a component builds against on the nodes, directly or through another (each list is
-# closed: OpenMPI builds against UCX, so whatever builds against OpenMPI names UCX too): where
+# closed: OpenMPI builds against UCX and UCC, so whatever builds against OpenMPI names them too): where
 # one of them is not converged, the component runs (a new OpenMPI install means mpi4py and
 # Horovod are checked again).
 DEPENDS = {
-    "openmpi": ("ucx",),
-    "mpi4py": ("ucx", "openmpi"),
-    "nccl_tests": ("ucx", "openmpi", "nccl"),
-    "horovod": ("ucx", "openmpi", "mpi4py", "nccl"),
+    "ucc": ("ucx",),
+    "openmpi": ("ucx", "ucc"),
+    "mpi4py": ("ucx", "ucc", "openmpi"),
+    "nccl_tests": ("ucx", "ucc", "openmpi", "nccl"),
+    "horovod": ("ucx", "ucc", "openmpi", "mpi4py", "nccl"),
 }
 
 

@@ -18,7 +18,7 @@ from mpictl import settings as cluster_settings
 from mpictl.errors import UsageError
 from mpictl.inventory import Cluster, Node
 from mpictl.network import Network
-from mpictl.transport import Transport
+from mpictl.transport import Transport, collectives
 from mpictl.transport import choose as choose_transport
 
 DEFAULT_MASTER_PORT = 29500
@@ -188,6 +188,11 @@ def mca_args(
                 argv += ["--mca", key, "any"]
     if network is not None and not user_mca & {"btl_tcp_if_include", "btl_tcp_if_exclude"}:
         argv += ["--mca", "btl_tcp_if_include", network.btl_tcp_if_include]
+    # GPU jobs: MPI collectives through UCC (its priority above OpenMPI's own components).
+    if transport is not None and transport.coll == "ucc":
+        for key, value in (("coll_ucc_enable", "1"), ("coll_ucc_priority", "100")):
+            if key not in user_mca:
+                argv += ["--mca", key, value]
     for key, value in mca:
         argv += ["--mca", key, value]
     return argv
@@ -244,7 +249,11 @@ def job_transport(
     """The transport of a job on ``nodes``: ``mpi_transport`` (the head's) applied to them, or
     the user's own ``--mca pml``."""
     built = str(cluster.head.vars.get("ucx_enabled", "auto")).lower() not in ("false", "no")
+    ucc = str(cluster.head.vars.get("ucc_enabled", "auto")).lower() not in ("false", "no")
     chosen = choose_transport(settings.transport, nodes, network, ucx_built=built)
+    coll = collectives(nodes, ucx_built=built, ucc_built=ucc)
+    if coll and "coll_ucc_enable" not in {k for k, _ in mca}:
+        chosen = dataclasses.replace(chosen, coll=coll)
     pml = user_pml(mca)
     if pml and pml != chosen.pml:
         return dataclasses.replace(chosen, pml=pml, reason=f"--mca pml {pml} given")

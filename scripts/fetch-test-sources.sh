@@ -12,7 +12,7 @@
 # Debian sources come from Debian's archive through apt itself: a temporary deb-src list whose
 # URI is copied at runtime from the host's /etc/apt/sources.list.d/debian.sources (or
 # /etc/apt/sources.list), with private apt state dirs — the host's apt configuration is not
-# modified. Python sdists come from PyPI through pip. nccl-tests and UCX are vendored in the
+# modified. Python sdists come from PyPI through pip. nccl-tests, UCX and UCC are vendored in the
 # repository (tests/data/sources/) and only copied.
 #
 # To add a source: write one `fetch_<name>` function that puts the file into "$DEST" and calls
@@ -27,6 +27,8 @@ VARS_FILE="${MPICTL_TEST_SOURCES_VARS:-$DEST/test-sources.yml}"
 # UCX is vendored (tests/data/sources/, a git archive of the tag: Debian's UCX sources cannot be
 # fetched here, and UCX's CUDA 13 support came with 1.20.0): no download.
 UCX_VERSION="${UCX_VERSION:-1.22.0}"
+# UCC is vendored too (tests/data/sources/, a git archive of its tag: no registry carries it).
+UCC_VERSION="${UCC_VERSION:-1.8.0}"
 OPENMPI_VERSION="${OPENMPI_VERSION:-5.0.7}"
 OPENMPI_DEBIAN_SUITE="${OPENMPI_DEBIAN_SUITE:-trixie}"
 MPI4PY_VERSION="${MPI4PY_VERSION:-4.1.2}"
@@ -41,7 +43,7 @@ HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 TORCH_WHEELHOUSE="${TORCH_WHEELHOUSE:-/opt/wheels}"
 
-SOURCES=(ucx openmpi mpi4py nccl nccl_tests horovod torch)
+SOURCES=(ucx ucc openmpi mpi4py nccl nccl_tests horovod torch)
 
 log() { printf 'fetch-test-sources: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -155,6 +157,13 @@ fetch_ucx() {
   local file="$DEST/ucx-${UCX_VERSION}.tar.xz"
   copy_vendored "$file"
   emit_source ucx "$UCX_VERSION" "$file"
+}
+
+# The same for openucx/ucc's tag: the role's pinned checksum is this archive's own.
+fetch_ucc() {
+  local file="$DEST/ucc-${UCC_VERSION}.tar.gz"
+  copy_vendored "$file"
+  emit_source ucc "$UCC_VERSION" "$file" pinned
 }
 
 fetch_openmpi() {

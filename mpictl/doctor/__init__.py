@@ -96,7 +96,9 @@ def evaluate(
     checks += network_checks(cluster, data, provision)
     checks += slot_checks(cluster, data, provision, inventory_slots, settings.hostfile)
     if data:
-        checks += rdma_checks.checks(cluster, data, cluster_transport(cluster, settings), provision)
+        chosen = cluster_transport(cluster, settings)
+        checks += rdma_checks.checks(cluster, data, chosen, provision)
+        checks += rdma_checks.device_checks(data, chosen, provision)
     if slurm is not None:  # the head's Slurm answers: Slurm is enabled on this cluster
         checks += slurm_checks.checks(cluster, data, slurm, provision)
     return DoctorReport(checks)

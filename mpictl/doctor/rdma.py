@@ -175,3 +175,43 @@ def _ucx_checks(
                 )
             )
     return out
+
+
+UCC_FIX = (
+    "rebuild with CUDA: UCX and UCC take CUDA where the node has the toolkit, nvml.h and the "
+    "driver libraries (roles/ucx/README.md, CUDA), then {provision}"
+)
+
+
+def device_checks(
+    data: Mapping[str, Mapping[str, Any]], chosen: transport.Transport, provision: str
+) -> list[Check]:
+    """On every GPU node, which path MPI's device (GPU) buffers take: collectives through UCC's
+    cuda transport (OpenMPI's coll/ucc, which GPU jobs turn on) or staged through host memory
+    and why; point-to-point over UCX's CUDA transports (pml ucx) or OpenMPI's ob1. Said, not
+    failed: a job still runs either way, only slower."""
+    out = []
+    for name, d in data.items():
+        path = d.get("device_path")
+        if not (d.get("gpus") or 0) or not isinstance(path, Mapping):
+            continue
+        if chosen.coll != "ucc":
+            coll = "collectives: OpenMPI's own, staged through host memory (coll/ucc not on)"
+        elif path.get("coll_ucc") and path.get("ucc_cuda"):
+            coll = "collectives: UCC's cuda transport (coll/ucc)"
+        elif not path.get("coll_ucc"):
+            coll = (
+                "collectives: staged through host memory: OpenMPI has no coll/ucc "
+                f"(ucc_enabled false, or no UCC when OpenMPI was built; {provision})"
+            )
+        else:
+            coll = "collectives: staged through host memory: UCC has no cuda transport; " + (
+                UCC_FIX.format(provision=provision)
+            )
+        p2p = (
+            "point-to-point: UCX's cuda_ipc/cuda_copy (pml ucx)"
+            if chosen.pml == "ucx" and path.get("ucx_cuda")
+            else f"point-to-point: OpenMPI's CUDA-aware pml {chosen.pml}"
+        )
+        out.append(Check("device buffers", name, True, f"{coll}; {p2p}"))
+    return out

@@ -173,6 +173,22 @@ def rdma(ldconfig_output: str, with_ucx: bool) -> dict[str, Any]:
     return out
 
 
+def device_path() -> dict[str, Any]:
+    """What carries MPI's device (GPU) buffers on a GPU node: OpenMPI's coll/ucc (ompi_info),
+    UCC's cuda transport (its component library beside the ucc_info on PATH) and UCX's CUDA
+    transports (``ucx_info -d`` lists cuda_ipc)."""
+    out: dict[str, Any] = {"coll_ucc": False, "ucc_cuda": False, "ucx_cuda": False}
+    if shutil.which("ompi_info"):
+        out["coll_ucc"] = bool(re.search(r"MCA coll:\s*ucc", run(["ompi_info"])[1]))
+    ucc_info = shutil.which("ucc_info")
+    if ucc_info:
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(ucc_info)))
+        out["ucc_cuda"] = os.path.exists(os.path.join(prefix, "lib", "ucc", "libucc_tl_cuda.so"))
+    if shutil.which("ucx_info"):
+        out["ucx_cuda"] = "cuda_ipc" in run(["ucx_info", "-d"])[1]
+    return out
+
+
 def gpus() -> int:
     if shutil.which("nvidia-smi"):
         rc, so, _ = run(["nvidia-smi", "-L"])
@@ -258,6 +274,8 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     out["rdma"] = rdma(ldconfig, bool(spec.get("ucx")))
     out["cores"] = cores()
     out["gpus"] = gpus()
+    if out["gpus"]:
+        out["device_path"] = device_path()
     out["ipv4"] = ipv4_addresses(run(["ip", "-o", "-4", "addr", "show"])[1])
     out["default_interface"] = default_interface(
         run(["ip", "-o", "-4", "route", "show", "default"])[1]

@@ -22,7 +22,7 @@ from tests.integration.nodes import ssh
 NAME = "mpictl-it-six"
 SUBNET = "10.89.50.0/24"
 PORT_BASE = 2271
-TAGS = "ssh,environment,hostfile,ucx,openmpi,mpi4py"  # ucx: OpenMPI builds against it
+TAGS = "ssh,environment,hostfile,ucx,ucc,openmpi,mpi4py"  # OpenMPI builds against UCX and UCC
 OFF = {"nccl_enabled": False, "horovod_enabled": False, "slurm_enabled": False}
 FROM_CONTROLLER = "Copy the artifact from the controller to the nodes that need it for {}"
 SPREAD = "Spread the artifact from the seed node over the SSH mesh for {}"

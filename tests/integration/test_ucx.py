@@ -1,6 +1,8 @@
-"""UCX under OpenMPI on the sandbox (issue 24; the sandbox has no HCA, so UCX's own TCP
-transport stands in for the fabric): UCX is built once and on every node's PATH, OpenMPI lists
-the ucx pml, a job asked for ``pml ucx`` runs the seed collectives across the 3 nodes over UCX's
+"""UCX and UCC under OpenMPI on the sandbox (issue 24; the sandbox has no HCA, so UCX's own TCP
+transport stands in for the fabric, and no GPU, so UCC runs its ucp transport on host buffers):
+UCX and UCC are built once and on every node's PATH, OpenMPI lists the ucx pml and the ucc
+collective component, a job with ``coll_ucc_enable 1`` runs the seed collectives through UCC
+(UCC's own collective trace names them), a job asked for ``pml ucx`` runs the seed collectives across the 3 nodes over UCX's
 tcp transport (OpenMPI's and UCX's own verbose lines name both), the same job with ``pml ob1`` is
 the negative control, the smoke suite passes with ``mpi_transport: ucx`` in the inventory, and
 ``auto`` picks ob1/tcp there and says why."""
@@ -43,6 +45,14 @@ def test_ucx_is_on_every_node_and_openmpi_has_its_pml(cluster: Cluster) -> None:
         assert "Transport: tcp" in devices, f"{node.name}: {devices}"
 
 
+def test_ucc_is_on_every_node_and_openmpi_has_its_collective_component(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        info = ssh_mpi(node, "ucc_info -v && ompi_info | grep 'MCA coll:'")
+        assert info.returncode == 0, f"{node.name}: {info.stdout}{info.stderr}"
+        assert "# UCC version=" in info.stdout, info.stdout
+        assert "MCA coll: ucc" in info.stdout, f"{node.name}: {info.stdout}"
+
+
 def run_seed(inventory: Path, *mpi_args: str) -> subprocess.CompletedProcess[str]:
     return mpictl(
         "run", "-i", str(inventory), "--ppn", "1", *mpi_args,
@@ -76,12 +86,33 @@ def test_pml_ucx_runs_the_seed_collectives_over_ucxs_tcp_and_ob1_is_the_control(
     assert "tcp/eth0" not in out
 
 
+def test_coll_ucc_runs_the_seed_collectives_through_ucc_across_three_nodes(
+    inventory: Path, cluster: Cluster
+) -> None:
+    """What GPU jobs get (the job side turns coll/ucc on where every node has GPUs; the sandbox
+    has none, so it is asked for here): the seed collectives pass across the 3 nodes, and UCC's
+    own collective trace names each collective it ran."""
+    ucc = run_seed(
+        inventory, "--mca", "coll_ucc_enable=1", "--mca", "coll_ucc_priority=100",
+        "-x", "UCC_COLL_TRACE=info",
+    )  # fmt: skip
+    out = ucc.stdout + ucc.stderr
+    assert ucc.returncode == 0, out
+    results = [json.loads(line[line.index("{") :]) for line in ucc.stdout.splitlines()
+               if '"suite": "mpi"' in line and '"test"' in line]  # fmt: skip
+    assert len(results) == 7 and all(r["ok"] and r["ranks"] == 3 for r in results), ucc.stdout
+    traced = out.lower()
+    for coll in ("allreduce", "bcast", "allgather"):
+        assert coll in traced, out
+
+
 def test_auto_picks_tcp_without_rdma_and_mpi_transport_ucx_runs_smoke_over_ucx(
     inventory: Path, tmp_path: Path, it_state: Path
 ) -> None:
     auto = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", *HOLD.split())
     assert auto.returncode == 0, auto.stderr
-    assert "transport: tcp (pml ob1): auto: no node has an active RDMA port" in auto.stderr
+    assert "transport: tcp (pml ob1): auto: no node has an active RDMA port\n" in auto.stderr
+    assert "coll_ucc" not in auto.stderr  # no GPU: OpenMPI's own collectives
     ucx_inv = tmp_path / "inventory"
     shutil.copytree(inventory, ucx_inv)
     group_vars = ucx_inv / "group_vars" / "all.yml"

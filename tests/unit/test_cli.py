@@ -160,7 +160,7 @@ def test_unknown_tags_are_refused_naming_the_valid_ones(
     if "--playbook" not in args:
         assert (
             "environment, horovod, hostfile, jobs, mpi4py, nccl, nccl_tests, openmpi, slurm, ssh,"
-            " ucx)" in proc.stderr
+            " ucc, ucx)" in proc.stderr
         )
     assert not (isolated_state / "runs").exists()
 
@@ -183,6 +183,7 @@ def test_list_tags_prints_the_components_and_runs_nothing(isolated_state: Path) 
         "environment",
         "hostfile",
         "ucx",
+        "ucc",
         "openmpi",
         "mpi4py",
         "nccl",

@@ -124,3 +124,35 @@ def test_ports_of_other_link_layers_are_not_rdma_ports() -> None:
     checks = run({"a": probe(efa), "b": probe(efa)})
     bad = {(c.check, c.node) for c in checks if not c.ok}
     assert ("rdma ports", "a") in bad  # listed, but no usable (IB/RoCE) port
+
+
+def test_doctor_says_which_path_device_buffers_take_on_each_gpu_node() -> None:
+    ucc = transport.Transport("ob1", "auto: no node has an active RDMA port", coll="ucc")
+    ucx = transport.Transport("ucx", "auto: every node has an active RDMA port", coll="ucc")
+
+    def gpu(**path: bool) -> dict[str, Any]:
+        return {"gpus": 8, "device_path": {"coll_ucc": True, "ucc_cuda": True, "ucx_cuda": True,
+                                           **path}}  # fmt: skip
+
+    data = {
+        "a": gpu(),
+        "b": gpu(ucc_cuda=False),  # UCX/UCC built without CUDA (no nvml.h on the builder)
+        "c": gpu(coll_ucc=False),
+        "cpu": {"gpus": 0},
+    }
+    said = {c.node: c for c in rdma_checks.device_checks(data, ucx, "run `mpictl provision`")}
+    assert set(said) == {"a", "b", "c"} and all(c.ok for c in said.values())
+    assert said["a"].detail == (
+        "collectives: UCC's cuda transport (coll/ucc); point-to-point: UCX's cuda_ipc/cuda_copy "
+        "(pml ucx)"
+    )
+    assert said["b"].detail.startswith(
+        "collectives: staged through host memory: UCC has no cuda transport; rebuild with CUDA"
+    )
+    assert "OpenMPI has no coll/ucc" in said["c"].detail
+    tcp = rdma_checks.device_checks({"a": gpu()}, ucc, "p")[0]
+    assert tcp.detail.endswith("point-to-point: OpenMPI's CUDA-aware pml ob1")
+    off = transport.Transport("ob1", "x")  # a cluster whose jobs do not turn coll/ucc on
+    assert rdma_checks.device_checks({"a": gpu()}, off, "p")[0].detail.startswith(
+        "collectives: OpenMPI's own, staged through host memory"
+    )

@@ -484,3 +484,21 @@ def test_the_fabric_node_probe_counts_gpus_and_finds_nccl_tests(tmp_path: Path) 
     )
     fake_bin(tmp_path, "nvidia-smi", "exit 9\n")  # a driver in a bad state: the node answers
     assert probe(f"{bindir}:{os.environ['PATH']}").startswith("gpus ?\n")
+
+
+def test_doctor_probe_reads_what_carries_device_buffers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ompi_info listing coll/ucc, UCC's cuda transport beside the ucc_info on PATH, ucx_info -d
+    listing cuda_ipc (stub programs of those names; the transport library an empty file)."""
+    device_path = load_script("doctor_probe.py")["device_path"]
+    bindir = fake_bin(tmp_path, "ompi_info", 'echo "                MCA coll: ucc (MCA v2.1.0)"\n')
+    fake_bin(tmp_path, "ucx_info", 'echo "#      Transport: cuda_ipc"\n')
+    fake_bin(tmp_path, "ucc_info", "exit 0\n")
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    assert device_path() == {"coll_ucc": True, "ucc_cuda": False, "ucx_cuda": True}
+    (tmp_path / "lib" / "ucc").mkdir(parents=True)
+    (tmp_path / "lib" / "ucc" / "libucc_tl_cuda.so").write_text("")
+    assert device_path()["ucc_cuda"] is True
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert device_path() == {"coll_ucc": False, "ucc_cuda": False, "ucx_cuda": False}

@@ -18,6 +18,7 @@ COMPONENTS = [
     "environment",
     "hostfile",
     "ucx",
+    "ucc",
     "openmpi",
     "mpi4py",
     "nccl",

@@ -352,6 +352,7 @@ ROLE_OF_PLAYBOOK = {
     "environment": "mpi_environment",
     "hostfile": "hostfile",
     "ucx": "ucx",
+    "ucc": "ucc",
     "openmpi": "openmpi",
     "mpi4py": "mpi4py",
     "nccl": "nccl",

@@ -281,12 +281,16 @@ def test_converged_everywhere_is_what_every_node_holds() -> None:
     assert both([]) == []
     # what builds against a component that runs runs too
     assert both([["mpi4py", "horovod", "nccl", "ssh"]]) == ["nccl", "ssh"]
-    assert both([["ucx", "openmpi", "mpi4py", "horovod"]]) == ["mpi4py", "openmpi", "ucx"]
-    # nccl-tests links against both NCCL and OpenMPI: either one running runs it too
-    assert both([["ucx", "openmpi", "nccl", "nccl_tests"]]) == [
-        "nccl", "nccl_tests", "openmpi", "ucx",
+    assert both([["ucx", "ucc", "openmpi", "mpi4py", "horovod"]]) == [
+        "mpi4py", "openmpi", "ucc", "ucx",
     ]  # fmt: skip
-    assert both([["ucx", "openmpi", "nccl_tests"]]) == ["openmpi", "ucx"]
+    # OpenMPI's coll/ucc is built against UCC: UCC running runs OpenMPI too
+    assert both([["ucx", "openmpi", "mpi4py"]]) == ["ucx"]
+    # nccl-tests links against both NCCL and OpenMPI: either one running runs it too
+    assert both([["ucx", "ucc", "openmpi", "nccl", "nccl_tests"]]) == [
+        "nccl", "nccl_tests", "openmpi", "ucc", "ucx",
+    ]  # fmt: skip
+    assert both([["ucx", "ucc", "openmpi", "nccl_tests"]]) == ["openmpi", "ucc", "ucx"]
     assert both([["nccl", "nccl_tests"]]) == ["nccl"]
     # OpenMPI is built against UCX: UCX running runs OpenMPI and all that builds against it
     assert both([["openmpi", "mpi4py", "nccl", "nccl_tests", "horovod", "jobs"]]) == [

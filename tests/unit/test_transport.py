@@ -111,3 +111,48 @@ def test_slurm_exports_the_same_transport() -> None:
     p = slurm_plan.plan(c, LaunchOptions(command=["x"], ppn=1), "J2", ETH)
     assert "export OMPI_MCA_pml=ucx" in p.script and "export UCX_NET_DEVICES=mlx5_0:1" in p.script
     assert p.transport is not None and p.transport.name == "ucx"
+
+
+def gpu_node(name: str, gpus: int, **kw: Any):  # noqa: ANN201 - a jobside Node
+    return rdma_node(name, [], gpus=gpus, **kw)
+
+
+def test_gpu_jobs_run_their_collectives_through_ucc_and_cpu_jobs_do_not() -> None:
+    gpus = cluster(gpu_node("n1", 8), gpu_node("n2", 8))
+    p = plan(gpus)
+    argv = p.argv
+    assert argv[argv.index("coll_ucc_enable") + 1] == "1"
+    assert argv[argv.index("coll_ucc_priority") + 1] == "100"
+    assert p.transport is not None and p.transport.coll == "ucc"
+    assert p.transport.text == (
+        "tcp (pml ob1): auto: no node has an active RDMA port; collectives: ucc (every node of "
+        "the job has GPUs: device buffers reduced by UCC's cuda transport)"
+    )
+    # one node of the job without GPUs, UCC or UCX off: OpenMPI's own collectives
+    mixed = plan(cluster(gpu_node("n1", 8), gpu_node("n2", 0)))
+    assert "coll_ucc_enable" not in mixed.argv and mixed.transport.coll == ""  # type: ignore[union-attr]
+    for off in ({"ucc_enabled": False}, {"ucx_enabled": "false"}):
+        c = cluster(gpu_node("n1", 8, vars=off), gpu_node("n2", 8))
+        assert "coll_ucc_enable" not in plan(c).argv, off
+    # --hosts on the GPU node only: its job runs through UCC
+    mixed_cluster = cluster(gpu_node("n1", 8), gpu_node("n2", 0))
+    one = planner.plan(mixed_cluster, LaunchOptions(command=["x"], hosts=["n1"], np=2), "J1", ETH)
+    assert "coll_ucc_enable" in one.argv
+
+
+def test_a_users_own_coll_ucc_setting_wins() -> None:
+    gpus = cluster(gpu_node("n1", 8), gpu_node("n2", 8))
+    off = plan(gpus, mca=["coll_ucc_enable=0"])
+    assert off.argv.count("coll_ucc_enable") == 1
+    assert off.argv[off.argv.index("coll_ucc_enable") + 1] == "0"
+    assert off.transport is not None and off.transport.coll == ""
+    assert "coll_ucc_priority" not in off.argv
+    low = plan(gpus, mca=["coll_ucc_priority=10"])
+    assert low.argv.count("coll_ucc_priority") == 1
+    assert low.argv[low.argv.index("coll_ucc_priority") + 1] == "10"
+
+
+def test_slurm_gpu_jobs_export_the_ucc_collectives() -> None:
+    c = cluster(gpu_node("n1", 8), gpu_node("n2", 8))
+    p = slurm_plan.plan(c, LaunchOptions(command=["x"], ppn=1), "J3", ETH)
+    assert "export OMPI_MCA_coll_ucc_enable=1" in p.script
