@@ -1,11 +1,11 @@
 """UCX and UCC under OpenMPI on the sandbox (issue 24; the sandbox has no HCA, so UCX's own TCP
-transport stands in for the fabric, and no GPU, so UCC runs its ucp transport on host buffers):
-UCX and UCC are built once and on every node's PATH, OpenMPI lists the ucx pml and the ucc
-collective component, a job with ``coll_ucc_enable 1`` runs the seed collectives through UCC
-(UCC's own collective trace names them), a job asked for ``pml ucx`` runs the seed collectives across the 3 nodes over UCX's
-tcp transport (OpenMPI's and UCX's own verbose lines name both), the same job with ``pml ob1`` is
-the negative control, the smoke suite passes with ``mpi_transport: ucx`` in the inventory, and
-``auto`` picks ob1/tcp there and says why."""
+transport stands in for the fabric, and no GPU, so UCC runs its ucp transport on host buffers): UCX
+and UCC are built once and on every node's PATH, OpenMPI lists the ucx pml and the ucc collective
+component, a job with ``coll_ucc_enable 1`` runs the seed collectives through UCC (UCC's own
+collective trace names them), a job asked for ``pml ucx`` runs the seed collectives across the 3
+nodes over UCX's tcp transport (OpenMPI's and UCX's own verbose lines name both), the same job with
+``pml ob1`` is the negative control, the smoke suite passes with ``mpi_transport: ucx`` in the
+inventory, and ``auto`` picks ob1/tcp there and says why."""
 
 from __future__ import annotations
 
