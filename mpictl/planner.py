@@ -245,15 +245,19 @@ def job_transport(
     network: Network | None,
     settings: cluster_settings.ClusterSettings,
     mca: Sequence[tuple[str, str]] = (),
+    env: Sequence[str] = (),
 ) -> Transport:
     """The transport of a job on ``nodes``: ``mpi_transport`` (the head's) applied to them, or
-    the user's own ``--mca pml``."""
+    the user's own ``--mca pml``; a user's own ``-x UCX_NET_DEVICES=...`` is what it runs over."""
     built = str(cluster.head.vars.get("ucx_enabled", "auto")).lower() not in ("false", "no")
     ucc = str(cluster.head.vars.get("ucc_enabled", "auto")).lower() not in ("false", "no")
     chosen = choose_transport(settings.transport, nodes, network, ucx_built=built)
     coll = collectives(nodes, ucx_built=built, ucc_built=ucc)
     if coll and "coll_ucc_enable" not in {k for k, _ in mca}:
         chosen = dataclasses.replace(chosen, coll=coll)
+    devices = [item.split("=", 1)[1] for item in env if item.startswith("UCX_NET_DEVICES=")]
+    if devices:
+        chosen = dataclasses.replace(chosen, ucx_devices=devices[-1])
     pml = user_pml(mca)
     if pml and pml != chosen.pml:
         return dataclasses.replace(chosen, pml=pml, reason=f"--mca pml {pml} given")
@@ -296,7 +300,7 @@ def plan(
     if options.wdir:
         argv += ["--wdir", options.wdir]
     argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
-    transport = job_transport(cluster, where.nodes, network, settings, mca)
+    transport = job_transport(cluster, where.nodes, network, settings, mca, env)
     argv += mca_args(mca, network, transport)
     argv += ["--tag-output"]
     master = rank0_host(cluster, where.nodes).address

@@ -120,7 +120,8 @@ def plan(
     if options.wdir:
         flags.append(f"--chdir={options.wdir}")
     mca = planner.parse_mca(options.mca)
-    transport = planner.job_transport(cluster, where.nodes, net, settings, mca)
+    env = planner.parse_env(options.env)
+    transport = planner.job_transport(cluster, where.nodes, net, settings, mca, env)
     exports = _exports(cluster, options, net, job_id, transport)
     srun = ["srun", "--mpi=pmix", "--label", "--kill-on-bad-exit=1"]
     if options.oversubscribe:

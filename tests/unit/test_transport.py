@@ -156,3 +156,15 @@ def test_slurm_gpu_jobs_export_the_ucc_collectives() -> None:
     c = cluster(gpu_node("n1", 8), gpu_node("n2", 8))
     p = slurm_plan.plan(c, LaunchOptions(command=["x"], ppn=1), "J3", ETH)
     assert "export OMPI_MCA_coll_ucc_enable=1" in p.script
+
+
+def test_a_users_own_ucx_net_devices_is_the_one_announced() -> None:
+    c = cluster(rdma_node("n1", ports(2)), rdma_node("n2", ports(2)))
+    p = plan(c, env=["UCX_NET_DEVICES=mlx5_1:1"])
+    assert p.transport is not None and p.transport.ucx_devices == "mlx5_1:1"
+    assert p.transport.text.startswith("ucx (pml ucx over mlx5_1:1): ")
+    assert "UCX_NET_DEVICES=mlx5_1:1" in p.argv
+    assert "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1" not in p.argv
+    s = slurm_plan.plan(c, LaunchOptions(command=["x"], ppn=1, env=["UCX_NET_DEVICES=mlx5_1:1"]),
+                        "J4", ETH)  # fmt: skip
+    assert s.transport is not None and s.transport.ucx_devices == "mlx5_1:1"
