@@ -177,6 +177,20 @@ def parse_nccl_points(output: str, ranks_count: int) -> list[Point]:
 NCCL_ITERS = 20
 
 
+def check_gpu_ppn(cluster: Cluster, ppn: int | None) -> None:
+    """nccl-tests runs one rank per GPU: ``--ppn`` above a node's GPU count is refused, naming
+    the node (NCCL would fail at init with two ranks on one GPU)."""
+    if ppn is None:
+        return
+    short = [(n.name, n.gpus) for n in cluster.nodes if n.gpus and ppn > n.gpus]
+    if short:
+        name, gpus = short[0]
+        raise UsageError(
+            f"--ppn {ppn}: {name} has {gpus} GPU{'s' if gpus != 1 else ''} and NCCL runs one rank "
+            f"per GPU (give --ppn {gpus} or less, or --engine mpi)"
+        )
+
+
 def pick_engine(cluster: Cluster, head: remote.HeadSSH, engine: str) -> str:
     """``mpi`` or ``nccl`` for ``engine`` (auto: nccl where every node has GPUs and the head has
     ``all_reduce_perf`` on its PATH); CheckFailed when nccl is asked for and cannot run."""
@@ -321,9 +335,13 @@ def run_bench(
     )
     for options in (mpi_options, nccl_options) if engine != "mpi" else (mpi_options,):
         planner.plan(cluster, options, "check", settings=settings)  # before any contact
+    if engine == "nccl":
+        check_gpu_ppn(cluster, ppn)
     head = remote.HeadSSH.for_cluster(cluster)
     head.check_reachable()
     report = BenchReport(engine=pick_engine(cluster, head, engine))
+    if report.engine == "nccl":
+        check_gpu_ppn(cluster, ppn)
     options = nccl_options if report.engine == "nccl" else mpi_options
     result, record = submit.submit(
         cluster,

@@ -157,3 +157,16 @@ def test_a_tcp_transport_on_rdma_nodes_is_still_compared_with_iperf3() -> None:
     )
     ucx = transport.choose("auto", list(c.nodes), None)
     assert bench.ports_limit(c, ucx, "mpi") is not None
+
+
+def test_more_ranks_per_node_than_gpus_is_refused_with_the_nccl_engine() -> None:
+    # --engine nccl: before any contact (the head is not even looked up); 16 slots, 8 GPUs
+    wide = cluster(*(node(f"g{i}", 16, facts=facts(f"10.0.0.{i}"), gpus=8) for i in (1, 2)))
+    with pytest.raises(errors.UsageError, match=r"--ppn 9: g1 has 8 GPUs and NCCL runs one rank"):
+        bench.run_bench(wide, engine="nccl", ppn=9)
+    bench.check_gpu_ppn(gpus(), 8)  # one rank per GPU is fine
+    bench.check_gpu_ppn(gpus(), None)
+    mixed = cluster(node("g1", 8, facts=facts("10.0.0.1"), gpus=8),
+                    node("g2", 8, facts=facts("10.0.0.2"), gpus=1))  # fmt: skip
+    with pytest.raises(errors.UsageError, match=r"g2 has 1 GPU and .*--ppn 1 or less"):
+        bench.check_gpu_ppn(mixed, 2)
