@@ -15,6 +15,7 @@ H100_IB_SYSFS = RECORDINGS / "h100-ndr-sysfs"
 H100_IB_IBSTAT = RECORDINGS / "h100-ndr-ibstat.txt"
 H100_ROCE_IBSTAT = RECORDINGS / "h100-roce-ibstat.txt"
 A100_IB_IBSTATUS = RECORDINGS / "a100-hdr-ibstatus.txt"
+ONE_RAIL_IBSTAT = RECORDINGS / "one-rail-hdr-ibstat.txt"
 
 #: ibstat's port state words as the kernel writes them in sysfs (IB port states 1-5).
 STATES = {"Down": "1: DOWN", "Initializing": "2: INIT", "Armed": "3: ARMED", "Active": "4: ACTIVE",
@@ -43,12 +44,12 @@ def from_ibstat(text: str, root: Path) -> Path:
         if m := re.match(r"^CA '(.+)'$", line):
             flush()
             device, port, fields = m.group(1), "", {}
-        elif m := re.match(r"^\tCA type: (.*)$", line):
+        elif m := re.match(r"^\s+CA type: (.*)$", line):
             hca = m.group(1).strip()
-        elif m := re.match(r"^\tPort (\d+):$", line):
+        elif m := re.match(r"^\s+Port (\d+):$", line):
             flush()
             port, fields = m.group(1), {}
-        elif m := re.match(r"^\t\t([^:]+): (.*)$", line):
+        elif port and (m := re.match(r"^\s+([^:]+): (.*)$", line)):
             fields[m.group(1)] = m.group(2).strip()
     flush()
     return root

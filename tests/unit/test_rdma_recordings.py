@@ -180,3 +180,24 @@ def test_a_rail_trained_at_a_lower_rate_stays_a_rail_and_doctor_names_it(tmp_pat
     assert [(x.check, x.node, x.detail) for x in checks if not x.ok] == [
         ("rdma ports alike", "h2", "8 active at 200/400 Gb/s; other nodes: 8 active at 400 Gb/s")
     ]
+
+
+def test_a_recorded_one_rail_node_with_its_sibling_port_down(tmp_path: Path) -> None:
+    lines = lines_of(recordings.ONE_RAIL_IBSTAT, tmp_path)
+    assert lines == [
+        "port mlx5_0 1 4: ACTIVE|200 Gb/sec|InfiniBand|MT4123",
+        "port mlx5_1 1 1: DOWN|10 Gb/sec|InfiniBand|MT4123",
+    ]
+    ports = rdma.parse_ports(lines)
+    assert [p.name for p in rdma.rails(ports)] == ["mlx5_0:1"]
+    assert [p.name for p in rdma.rails_down(ports)] == ["mlx5_1:1"]
+    chosen = transport.choose("auto", [rdma_node("n1", lines), rdma_node("n2", lines)], ETH)
+    assert (chosen.pml, chosen.ucx_devices, chosen.nccl_hcas) == ("ucx", "mlx5_0:1", "=mlx5_0:1")
+    data = {"a": probe(lines), "b": probe(lines)}
+    tcp = transport.Transport("ob1", "mpi_transport: tcp")  # (UCX's own checks: test_doctor_rdma)
+    checks = doctor_rdma.checks(cluster(node("a"), node("b")), data, tcp, "provision")
+    assert [x for x in checks if not x.ok] == []
+    down = [x for x in checks if x.check == "rdma ports down"]
+    assert [(x.node, x.detail) for x in down] == [
+        ("a", "mlx5_1:1 down (not used by jobs)"), ("b", "mlx5_1:1 down (not used by jobs)"),
+    ]  # fmt: skip
