@@ -175,9 +175,9 @@ def mpictl_selected_components(
 
 
 # What a component builds against on the nodes, directly or through another (each list is
-# closed: OpenMPI builds against UCX and UCC, so whatever builds against OpenMPI names them too): where
-# one of them is not converged, the component runs (a new OpenMPI install means mpi4py and
-# Horovod are checked again).
+# closed: OpenMPI builds against UCX and UCC, so whatever builds against OpenMPI names them
+# too): where one of them is not converged, the component runs (a new OpenMPI install means
+# mpi4py and Horovod are checked again).
 DEPENDS = {
     "ucc": ("ucx",),
     "openmpi": ("ucx", "ucc"),

@@ -9,6 +9,7 @@
 exec 2>/dev/null
 ucx=$1
 if [ -z "$ucx" ]; then
+  # shellcheck disable=SC1091 # the node's own file, read at run time
   info=$(set -a; . /etc/environment; command -v ucx_info)
   if [ -n "$info" ]; then ucx=$(dirname "$(dirname "$info")"); fi
 fi
