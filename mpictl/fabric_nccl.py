@@ -146,10 +146,10 @@ def plan(
             for k, port in enumerate(ports):
                 if port and port not in shared:
                     lacking = [n.name for n, f in ((a, fa), (b, fb))
-                               if port not in {p.name for p in rdma.active(f.ports)}]  # fmt: skip
+                               if port not in {p.name for p in rdma.rails(f.ports)}]  # fmt: skip
                     known.append(
                         Pair(a.name, b.name, number, via=f"{NCCL} {port}",
-                             error=f"{port} is not active on {', '.join(lacking)}")
+                             error=f"{port} is not an active rail on {', '.join(lacking)}")
                     )  # fmt: skip
                     continue
                 gpu = k % min(fa.gpus, fb.gpus)

@@ -255,7 +255,9 @@ def job_transport(
     coll = collectives(nodes, ucx_built=built, ucc_built=ucc)
     if coll and "coll_ucc_enable" not in {k for k, _ in mca}:
         chosen = dataclasses.replace(chosen, coll=coll)
-    devices = [item.split("=", 1)[1] for item in env if item.startswith("UCX_NET_DEVICES=")]
+    # (a bare -x UCX_NET_DEVICES passes the head's own value, which only the head knows)
+    devices = [item.split("=", 1)[1] if "=" in item else "$UCX_NET_DEVICES of the head"
+               for item in env if item.split("=", 1)[0] == "UCX_NET_DEVICES"]  # fmt: skip
     if devices:
         chosen = dataclasses.replace(chosen, ucx_devices=devices[-1])
     pml = user_pml(mca)

@@ -53,14 +53,21 @@ class Transport:
 #: Why GPU jobs run their MPI collectives through UCC (issue 24): OpenMPI's own collectives reduce
 #: device buffers through host memory (337 us for 8 bytes, 0.4 GB/s at 256 MiB on an H100 node);
 #: UCC's cuda transport reduces them on the GPUs, over NVLink/CUDA IPC inside a node.
-COLL_UCC_WHY = "every node of the job has GPUs: device buffers reduced by UCC's cuda transport"
+COLL_UCC_WHY = (
+    "every node of the job has GPUs and UCC's cuda transport: device buffers reduced on the GPUs"
+)
+#: The fact the ucc play caches per node: its UCC has the cuda transport.
+UCC_CUDA_FACT = "mpi_ucc_cuda"
 
 
 def collectives(nodes: Sequence[Node], *, ucx_built: bool, ucc_built: bool) -> str:
-    """``ucc`` where every node of the job has GPUs and UCC is built (``ucx_enabled`` and
-    ``ucc_enabled`` not false), else ``""`` (OpenMPI's own collectives). A user's own
-    ``--mca coll_ucc_enable`` wins (the planner adds nothing then)."""
-    if ucx_built and ucc_built and nodes and all((n.gpus or 0) > 0 for n in nodes):
+    """``ucc`` where every node of the job has GPUs and a UCC with its cuda transport (the
+    ``mpi_ucc_cuda`` fact; ``ucx_enabled`` and ``ucc_enabled`` not false), else ``""``
+    (OpenMPI's own collectives): a UCC without it would take device buffers for host memory. A
+    user's own ``--mca coll_ucc_enable`` wins (the planner adds nothing then)."""
+    if not (ucx_built and ucc_built and nodes):
+        return ""
+    if all((n.gpus or 0) > 0 and (n.facts or {}).get(UCC_CUDA_FACT) is True for n in nodes):
         return "ucc"
     return ""
 

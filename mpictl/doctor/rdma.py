@@ -195,18 +195,22 @@ def device_checks(
         path = d.get("device_path")
         if not (d.get("gpus") or 0) or not isinstance(path, Mapping):
             continue
-        if chosen.coll != "ucc":
-            coll = "collectives: OpenMPI's own, staged through host memory (coll/ucc not on)"
-        elif path.get("coll_ucc") and path.get("ucc_cuda"):
+        if chosen.coll == "ucc" and path.get("coll_ucc") and path.get("ucc_cuda"):
             coll = "collectives: UCC's cuda transport (coll/ucc)"
         elif not path.get("coll_ucc"):
             coll = (
                 "collectives: staged through host memory: OpenMPI has no coll/ucc "
                 f"(ucc_enabled false, or no UCC when OpenMPI was built; {provision})"
             )
-        else:
+        elif not path.get("ucc_cuda"):
             coll = "collectives: staged through host memory: UCC has no cuda transport; " + (
                 UCC_FIX.format(provision=provision)
+            )
+        else:
+            coll = (
+                "collectives: OpenMPI's own, staged through host memory (jobs do not turn "
+                "coll/ucc on: ucc_enabled false, or a node's mpi_ucc_cuda fact not cached; "
+                f"{provision})"
             )
         p2p = (
             "point-to-point: UCX's cuda_ipc/cuda_copy (pml ucx)"

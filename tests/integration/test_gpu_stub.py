@@ -240,8 +240,9 @@ def test_jobs_of_the_cuda_aware_openmpi_say_nothing_about_cuda_without_a_gpu(
         said = [line for line in (proc.stdout + proc.stderr).splitlines()
                 if not line.startswith("mpictl: ")]  # fmt: skip
         assert "cuda" not in "\n".join(said).lower(), proc.stdout + proc.stderr
-    # GPU nodes: the job's collectives went through UCC (coll/ucc on, UCC's ucp transport here)
-    assert "collectives: ucc" in mpi4py.stderr and "coll_ucc_enable 1" in mpi4py.stderr
+    # GPU nodes whose UCC has no cuda transport (the mounted toolkit has no nvml.h): coll/ucc
+    # stays off (UCC would take device buffers for host memory)
+    assert "coll_ucc_enable" not in mpi4py.stderr and "collectives: ucc" not in mpi4py.stderr
     hostnames = {ssh(n, "hostname").stdout.strip() for n in gpu.cluster().nodes}
     assert {line.rsplit(":", 1)[-1].strip() for line in plain.stdout.splitlines()} == hostnames
     assert [line.rsplit(":", 1)[-1].strip() for line in mpi4py.stdout.splitlines()] == [

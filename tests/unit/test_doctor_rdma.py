@@ -154,5 +154,9 @@ def test_doctor_says_which_path_device_buffers_take_on_each_gpu_node() -> None:
     assert tcp.detail.endswith("point-to-point: OpenMPI's CUDA-aware pml ob1")
     off = transport.Transport("ob1", "x")  # a cluster whose jobs do not turn coll/ucc on
     assert rdma_checks.device_checks({"a": gpu()}, off, "p")[0].detail.startswith(
-        "collectives: OpenMPI's own, staged through host memory"
+        "collectives: OpenMPI's own, staged through host memory (jobs do not turn coll/ucc on"
+    )
+    # jobs do not turn it on because UCC has no cuda transport: that is what doctor says
+    assert rdma_checks.device_checks({"b": gpu(ucc_cuda=False)}, off, "p")[0].detail.startswith(
+        "collectives: staged through host memory: UCC has no cuda transport"
     )

@@ -110,8 +110,8 @@ def test_a_measurement_per_shared_port_in_steps_of_disjoint_pairs() -> None:
     )
     # g3's mlx5_1 is down: its pairs fail on that port, naming it (a down rail is not skipped)
     assert sorted((p.a, p.b, p.via, p.error) for p in known) == [
-        ("g1", "g3", "NCCL mlx5_1:1", "mlx5_1:1 is not active on g3"),
-        ("g2", "g3", "NCCL mlx5_1:1", "mlx5_1:1 is not active on g3"),
+        ("g1", "g3", "NCCL mlx5_1:1", "mlx5_1:1 is not an active rail on g3"),
+        ("g2", "g3", "NCCL mlx5_1:1", "mlx5_1:1 is not an active rail on g3"),
     ]
     done = [(m.a, m.b, m.via) for step in steps for m in step]
     assert sorted(done) == [

@@ -103,7 +103,7 @@ def test_jobs_on_recorded_h100_nodes_use_the_eight_rails_and_not_the_bond(tmp_pa
 
 
 def test_jobs_on_recorded_roce_nodes_use_the_rails_every_node_has(tmp_path: Path) -> None:
-    # the RoCE recording beside the InfiniBand one: no rail name shared -> UCX chooses
+    # two nodes of the RoCE recording: the 6 active ConnectX-7 rails, not the ConnectX-6 ports
     roce = lines_of(recordings.H100_ROCE_IBSTAT, tmp_path)
     both = transport.choose("auto", [rdma_node("n1", roce), rdma_node("n2", roce)], ETH)
     rails = ",".join(f"mlx5_{k}:1" for k in (0, 3, 4, 6, 9, 10))

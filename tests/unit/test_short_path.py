@@ -259,7 +259,7 @@ def test_the_package_beside_the_content_or_around_it(tmp_path: Path) -> None:
 
 def test_claims_name_the_drop_in_directory_of_mpi_environment() -> None:
     defaults = yaml.safe_load((ROOT / "roles/mpi_environment/defaults/main.yml").read_text())
-    for role in ("ucx", "openmpi", "nccl", "nccl_tests", "mpi4py", "horovod"):
+    for role in ("ucx", "ucc", "openmpi", "nccl", "nccl_tests", "mpi4py", "horovod"):
         text = (ROOT / "roles" / role / "vars" / "main.yml").read_text()
         # the role may run without mpi_environment's defaults loaded (its configure skipped)
         assert f"mpi_env_dropin_dir | default('{defaults['mpi_env_dropin_dir']}')" in text, role

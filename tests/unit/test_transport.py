@@ -113,8 +113,12 @@ def test_slurm_exports_the_same_transport() -> None:
     assert p.transport is not None and p.transport.name == "ucx"
 
 
-def gpu_node(name: str, gpus: int, **kw: Any):  # noqa: ANN201 - a jobside Node
-    return rdma_node(name, [], gpus=gpus, **kw)
+def gpu_node(name: str, gpus: int, ucc_cuda: bool = True, **kw: Any):  # noqa: ANN201
+    """A node with ``gpus`` GPUs whose UCC has (or lacks) its cuda transport (the fact the ucc
+    play caches)."""
+    address = f"10.0.0.{name[1:]}"
+    cached = {**facts(address), "mpi_rdma_ports": [], "mpi_ucc_cuda": ucc_cuda}
+    return node(name, 8, address=address, facts=cached, gpus=gpus, **kw)
 
 
 def test_gpu_jobs_run_their_collectives_through_ucc_and_cpu_jobs_do_not() -> None:
@@ -126,11 +130,15 @@ def test_gpu_jobs_run_their_collectives_through_ucc_and_cpu_jobs_do_not() -> Non
     assert p.transport is not None and p.transport.coll == "ucc"
     assert p.transport.text == (
         "tcp (pml ob1): auto: no node has an active RDMA port; collectives: ucc (every node of "
-        "the job has GPUs: device buffers reduced by UCC's cuda transport)"
+        "the job has GPUs and UCC's cuda transport: device buffers reduced on the GPUs)"
     )
     # one node of the job without GPUs, UCC or UCX off: OpenMPI's own collectives
     mixed = plan(cluster(gpu_node("n1", 8), gpu_node("n2", 0)))
     assert "coll_ucc_enable" not in mixed.argv and mixed.transport.coll == ""  # type: ignore[union-attr]
+    # a node whose UCC lacks its cuda transport (built without nvml.h): UCC would take device
+    # buffers for host memory, so OpenMPI's own collectives
+    no_cuda = plan(cluster(gpu_node("n1", 8), gpu_node("n2", 8, ucc_cuda=False)))
+    assert "coll_ucc_enable" not in no_cuda.argv
     for off in ({"ucc_enabled": False}, {"ucx_enabled": "false"}):
         c = cluster(gpu_node("n1", 8, vars=off), gpu_node("n2", 8))
         assert "coll_ucc_enable" not in plan(c).argv, off
@@ -168,3 +176,7 @@ def test_a_users_own_ucx_net_devices_is_the_one_announced() -> None:
     s = slurm_plan.plan(c, LaunchOptions(command=["x"], ppn=1, env=["UCX_NET_DEVICES=mlx5_1:1"]),
                         "J4", ETH)  # fmt: skip
     assert s.transport is not None and s.transport.ucx_devices == "mlx5_1:1"
+    bare = plan(c, env=["UCX_NET_DEVICES"])  # the head's own value: named, not guessed
+    assert bare.transport is not None
+    assert bare.transport.text.startswith("ucx (pml ucx over $UCX_NET_DEVICES of the head): ")
+    assert not any(a.startswith("UCX_NET_DEVICES=") for a in bare.argv)
