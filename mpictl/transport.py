@@ -60,6 +60,11 @@ COLL_UCC_WHY = (
 UCC_CUDA_FACT = "mpi_ucc_cuda"
 
 
+def _true(value: object) -> bool:
+    """A cached boolean fact (JSON true, or the string an older cache may hold)."""
+    return value is True or str(value).lower() == "true"
+
+
 def collectives(nodes: Sequence[Node], *, ucx_built: bool, ucc_built: bool) -> str:
     """``ucc`` where every node of the job has GPUs and a UCC with its cuda transport (the
     ``mpi_ucc_cuda`` fact; ``ucx_enabled`` and ``ucc_enabled`` not false), else ``""``
@@ -67,7 +72,7 @@ def collectives(nodes: Sequence[Node], *, ucx_built: bool, ucc_built: bool) -> s
     user's own ``--mca coll_ucc_enable`` wins (the planner adds nothing then)."""
     if not (ucx_built and ucc_built and nodes):
         return ""
-    if all((n.gpus or 0) > 0 and (n.facts or {}).get(UCC_CUDA_FACT) is True for n in nodes):
+    if all((n.gpus or 0) > 0 and _true((n.facts or {}).get(UCC_CUDA_FACT)) for n in nodes):
         return "ucc"
     return ""
 
