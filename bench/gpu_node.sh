@@ -1,41 +1,54 @@
 #!/usr/bin/env bash
-# bench/gpu_node.sh: the whole GPU path of mpictl on one real GPU machine (issue 15, part 3).
+# bench/gpu_node.sh: the whole GPU path of mpictl on one real GPU machine (issues 15, 24, 25).
 #
 # Provisions the machine it runs on as a one-node cluster against itself (Ansible's local
-# connection; no network needed), from what is carried in, then runs and keeps:
-#   - OpenMPI CUDA-aware (openmpi_cuda: enabled), checked with ompi_info;
-#   - NCCL, full kernel set, for the architecture nvidia-smi detects (nccl_cuda_archs empty);
-#   - Horovod with NCCL operations built into the existing PyTorch environment (horovod_python:
-#     the system python3 that has torch; nothing is downloaded for PyTorch);
-#   - mpictl doctor, mpictl smoke --suite all (smoke requires ranks on >= 2 hosts, so on one
-#     node its tests report "did not cross nodes": kept as evidence that every op ran), a
-#     torch.distributed NCCL allreduce under `mpictl run --torch` with 1 rank, Horovod's
-#     allreduce/broadcast/allgather on CUDA tensors, nccl-tests' all_reduce_perf (the nccl_tests
-#     role's build, on PATH) when its source is carried in, and a torch timing of allreduce (algbw, busbw = algbw*2(n-1)/n, which is 0
-#     with one rank) and, from the same run, the device memory bandwidth (device-to-device copy);
-#   - the compile times of OpenMPI, mpi4py, NCCL (full) and Horovod (bench/build_times.py
-#     --from-run on the provision's run), with a fresh artifact cache so everything compiles.
+# connection; no network needed), from what is carried in, in two phases so that the figures
+# that matter most come first when device time is short:
+#   A. UCX and UCC built with CUDA, OpenMPI CUDA-aware on them, mpi4py, the job tools; then
+#      MPI on device buffers (bench/device_buffers.c, 2 ranks on the GPU through `mpictl run`):
+#      mpictl's own choice, pml ucx, and the pml ob1 baseline without UCC, side by side;
+#      ompi_info, ucx_info, doctor, and a torch.distributed NCCL allreduce under
+#      `mpictl run --torch` (torch's NCCL) with its timing (algbw, busbw = algbw*2(n-1)/n, 0 with
+#      one rank) and the device memory bandwidth (device-to-device copy);
+#   B. NCCL for the architecture nvidia-smi detects (nccl_cuda_archs empty; GPU_NODE_NCCL_FUNCS
+#      limits the kernels, e.g. "AllReduce Sum f32 * *|AllGather * *|Broadcast * *|SendRecv"),
+#      nccl-tests when its source is carried, Horovod with NCCL operations built into the
+#      existing PyTorch environment (horovod_python: the python3 that has torch), then
+#      horovodrun --check-build, Horovod on CUDA tensors, all_reduce_perf and sendrecv_perf, smoke
+#      --suite all (one node: its tests say "did not cross nodes", kept as evidence every op ran),
+#      the no-change re-run, and the compile times (bench/build_times.py --from-run) of both
+#      provisions (a fresh artifact cache: everything compiles).
 # Everything goes under OUT_DIR: summary.txt (one line per step: exit code, seconds), the logs
-# of each step, vars.yml/inventory, and the JSON results.
+# of each step, vars.yml/inventory, results.txt and results.json (rewritten after each phase).
+# GPU_NODE_PHASES=A stops after phase A.
 #
 # Usage (as root, from a clone of mpictl):
 #   bash bench/gpu_node.sh --bundle CARRY_DIR [PYVER...]   on a connected machine: fill CARRY_DIR
 #   bash bench/gpu_node.sh CARRY_DIR [OUT_DIR]             on the GPU machine (no network)
 # CARRY_DIR holds:
-#   wheels/        mpictl and its Python dependencies as wheels (the controller side)
+#   wheels/        mpictl and its Python dependencies as wheels (the controller side), for this
+#                  machine's Python and, for the compiled ones, each PYVER
 #   node-wheels/   wheels of Horovod's run-time/build dependencies for the GPU machine's Python
 #                  (numpy cffi cloudpickle psutil pyyaml packaging setuptools wheel); --bundle
 #                  fetches them for PYVER (default: 3.10 3.11 3.12 3.13)
 #   sources/       openmpi_*.orig.tar.xz, nvidia-nccl_*.orig.tar.gz, mpi4py-*.tar.gz,
 #                  cython-*-py3-none-any.whl (mpi4py 4.x builds with it), horovod-*.tar.gz,
-#                  nccl-tests-*.tar.gz (optional: the nccl_tests role builds it once)
+#                  ucx-*.tar.*, ucc-*.tar.gz, nccl-tests-*.tar.gz (optional)
 #                  (scripts/fetch-test-sources.sh puts them in the cache)
-#   debs/*.deb     (optional) OS packages the machine lacks (the roles install missing ones
-#                  with apt, which needs a mirror): e.g. openssh-server, openssh-client,
-#                  openssh-sftp-server, rsync, iperf3, sudo. They are unpacked, not installed:
-#                  `dpkg-deb --fsys-tarfile | tar -x --keep-directory-symlink -C /` (never
-#                  `dpkg -x DEB /`, which replaces the /lib link of a merged-/usr system and
-#                  breaks the linker); bench/start_sshd.sh then does what their scripts would.
+#   cuda/          (optional) NVIDIA's nvidia-nvml-dev wheel: its nvml.h goes into the toolkit
+#                  when the machine's CUDA lacks it (UCX's and UCC's CUDA builds need it; it is
+#                  the toolkit's cuda-nvml-dev part, which some images leave out)
+#   debs/*.deb     (optional) OS packages the machine lacks: openssh, rsync, iperf3, iproute2,
+#                  the autotools (UCX's and UCC's sources have no configure) and their libraries;
+#                  --bundle fetches them with apt-get download where it can. They are unpacked,
+#                  not installed: `dpkg-deb --fsys-tarfile | tar -x --keep-directory-symlink -C /`
+#                  (never `dpkg -x DEB /`, which replaces the /lib link of a merged-/usr system
+#                  and breaks the linker); a library package only where the machine lacks one of
+#                  its libraries, a program package only where dpkg does not know it (the
+#                  machine's own newer ones stay); bench/start_sshd.sh then does what their
+#                  scripts would.
+# The machine has no package mirror, so the roles' OS package lists are emptied (*_packages: [])
+# and step "tools" records which build tools the machine has (GPU_NODE_APT=1 keeps the lists).
 # Needs: nvidia-smi, nvcc (CUDA_HOME, default /usr/local/cuda), python3 with a CUDA torch
 # (PYTHON, default the python3 on PATH), sshd listening on 127.0.0.1:22 (jobs log in to the
 # head over SSH as the MPI user).
@@ -43,26 +56,50 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYVERS_DEFAULT="3.10 3.11 3.12 3.13"
+# What a bare GPU image tends to lack (bookworm's packages work on Ubuntu 24.04 when unpacked).
+DEBS_DEFAULT="openssh-server openssh-client openssh-sftp-server rsync iperf3 libiperf0 libsctp1
+iproute2 libbpf1 libmnl0 libelf1 libcap2 libbsd0 libmd0 libxxhash0 liblz4-1 libpopt0 libwrap0
+libaudit1 libcap-ng0 libpam0g libsystemd0 libselinux1 libpcre2-8-0 libgssapi-krb5-2 libkrb5-3
+libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2 libcrypt1 libacl1 libzstd1 m4 autoconf
+automake autotools-dev libtool"
 
 die() { echo "gpu_node.sh: $*" >&2; exit 2; }
+
+# newest SOURCES/PATTERN of the cache (one of each: mpi4py 3 and 4 both live there)
+newest() { find "$1" -maxdepth 1 -name "$2" | sort -V | tail -n 1; }
 
 bundle() {
   local carry=$1; shift
   local pyvers=${*:-$PYVERS_DEFAULT}
-  mkdir -p "$carry"/{wheels,node-wheels,sources} || die "cannot create $carry"
+  mkdir -p "$carry"/{wheels,node-wheels,sources,cuda,debs} || die "cannot create $carry"
   python3 -m pip wheel --quiet -w "$carry/wheels" "$ROOT" || die "pip wheel of mpictl failed"
-  local v
+  local v own
+  own=$(find "$carry/wheels" -maxdepth 1 -name 'mpictl-*.whl' | sort -V | tail -n 1)
   for v in $pyvers; do
+    # the controller side on the GPU machine's Python: its compiled dependencies as binaries
+    python3 -m pip download --quiet --only-binary :all: --python-version "$v" \
+      --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+      --dest "$carry/wheels" "$own" || die "pip download of mpictl's dependencies for Python $v failed"
     python3 -m pip download --quiet --only-binary :all: --python-version "$v" \
       --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
       --dest "$carry/node-wheels" numpy 'cffi>=1.4.0' cloudpickle psutil pyyaml packaging \
       'setuptools>=77.0.3' wheel || die "pip download for Python $v failed"
   done
-  local sources
+  python3 -m pip download --quiet --no-deps --only-binary :all: --dest "$carry/cuda" \
+    nvidia-nvml-dev || echo "gpu_node.sh: no nvidia-nvml-dev wheel (carry nvml.h if the GPU machine lacks it)"
+  local sources pattern
   sources=$(bash "$ROOT/scripts/fetch-test-sources.sh" | tail -n 1) || die "fetch-test-sources failed"
-  cp "$(dirname "$sources")"/{openmpi_,nvidia-nccl_,mpi4py-,cython-,horovod-,nccl-tests-}* "$carry/sources/" 2>/dev/null
+  for pattern in 'openmpi_*' 'nvidia-nccl_*' 'mpi4py-*' 'cython-*' 'horovod-*' 'nccl-tests-*' \
+    'ucx-*' 'ucc-*'; do
+    cp "$(newest "$(dirname "$sources")" "$pattern")" "$carry/sources/" 2>/dev/null
+  done
   ls "$carry/sources"
-  echo "bundle ready: $carry (add debs/ if wanted)"
+  if command -v apt-get >/dev/null; then
+    # shellcheck disable=SC2086 # the list is words
+    (cd "$carry/debs" && apt-get download $DEBS_DEFAULT) || echo "gpu_node.sh: apt-get download failed (add debs/ by hand)"
+  fi
+  du -sh "$carry"
+  echo "bundle ready: $carry"
 }
 
 if [ "${1:-}" = "--bundle" ]; then
@@ -79,6 +116,7 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 [ "$(id -u)" -eq 0 ] || die "run as root (the roles install under /usr/local and /opt)"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 PYTHON=${PYTHON:-$(command -v python3)}
+PHASES=${GPU_NODE_PHASES:-AB}
 export MPICTL_STATE_DIR=$OUT/state MPICTL_CACHE_DIR=$OUT/cache
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -96,32 +134,81 @@ step() {
   return "$rc"
 }
 
-file_of() { find "$CARRY/sources" -maxdepth 1 -name "$1" | sort | tail -n 1; }
+file_of() { newest "$CARRY/sources" "$1"; }
 version_of() { basename "$1" | sed -E "s/^$2([0-9][0-9.]*[0-9]).*$/\\1/"; }
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 
+# machine: what the machine is; fails (before anything is changed) without a GPU, nvcc or torch.
 machine() {
-  nvidia-smi
-  nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version --format=csv
-  "$CUDA_HOME/bin/nvcc" --version
-  "$PYTHON" -c 'import torch, sys; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), torch.cuda.get_device_name(0))'
   nproc
   free -g
   cat /etc/os-release
+  nvidia-smi &&
+    nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version --format=csv &&
+    "$CUDA_HOME/bin/nvcc" --version &&
+    "$PYTHON" -c 'import torch, sys; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), torch.cuda.get_device_name(0))'
 }
 step machine machine || die "this machine lacks nvidia-smi, nvcc at $CUDA_HOME or a CUDA torch in $PYTHON (see $OUT/machine.log)"
 
+# unpack_debs: each carried .deb the machine needs (see the header), unpacked into /.
+unpack_debs() {
+  local deb pkg libs missing so
+  known=$(PATH="$PATH:/sbin:/usr/sbin" ldconfig -p | awk '{print $1}')
+  for deb in "$CARRY"/debs/*.deb; do
+    pkg=$(dpkg-deb -f "$deb" Package)
+    case $pkg in
+      lib*[0-9] | lib*[0-9]t64)
+        libs=$(dpkg-deb -c "$deb" | awk '{ print ($(NF - 1) == "->") ? $(NF - 2) : $NF }' |
+          grep -E '/lib[^/]*\.so\.[0-9]+$' | xargs -r -n1 basename)
+        missing=
+        for so in $libs; do
+          printf '%s\n' "$known" | grep -qxF "$so" || missing="$missing $so"
+        done
+        if [ -z "$missing" ]; then echo "kept the machine's own $pkg ($libs)"; continue; fi
+        echo "unpacking $pkg (missing:$missing)"
+        ;;
+      *)
+        if [ "$(dpkg-query -W -f '${db:Status-Status}' "$pkg" 2>/dev/null)" = installed ]; then
+          echo "kept the machine's own $pkg"; continue
+        fi
+        echo "unpacking $pkg"
+        ;;
+    esac
+    dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink -C / || return 1
+  done
+  PATH="$PATH:/sbin:/usr/sbin" ldconfig
+}
 if compgen -G "$CARRY/debs/*.deb" >/dev/null; then
-  unpack_debs() {
-    local deb
-    for deb in "$CARRY"/debs/*.deb; do
-      echo "unpacking $deb"
-      dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink -C / || return 1
-    done
-  }
   step debs unpack_debs
 fi
 step sshd sh "$ROOT/bench/start_sshd.sh"
+
+# The toolkit's NVML header (cuda-nvml-dev), from NVIDIA's wheel, where the machine lacks it.
+nvml_header() {
+  local whl include
+  include=$(readlink -f "$CUDA_HOME/include")
+  if [ -e "$include/nvml.h" ]; then echo "$include/nvml.h: the machine's own"; return 0; fi
+  whl=$(newest "$CARRY/cuda" 'nvidia_nvml_dev*.whl')
+  [ -n "$whl" ] || { echo "no nvml.h and none carried: UCX and UCC build without CUDA"; return 1; }
+  "$PYTHON" - "$whl" "$include/nvml.h" <<'EOF'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as whl:
+    name = next(n for n in whl.namelist() if n.endswith("include/nvml.h"))
+    open(sys.argv[2], "wb").write(whl.read(name))
+print(f"{sys.argv[2]}: from {sys.argv[1]}")
+EOF
+}
+step nvml-header nvml_header
+
+tools() {
+  local t
+  for t in gcc g++ make perl patch m4 autoconf automake libtoolize cmake xz bzip2 ip ssh sshd \
+    ssh-keygen rsync iperf3; do
+    printf '%-12s %s\n' "$t" "$(PATH="$PATH:/sbin:/usr/sbin" command -v "$t" || echo MISSING)"
+  done
+  ! grep -q MISSING <<<"$(for t in gcc g++ make perl patch autoconf automake libtoolize ip ssh-keygen rsync; do command -v "$t" >/dev/null || echo MISSING; done)"
+}
+step tools tools
 
 # mpictl itself, offline, in its own venv.
 step mpictl-venv sh -c "python3 -m venv '$OUT/venv' && '$OUT/venv/bin/pip' install --quiet --no-index --find-links '$CARRY/wheels' mpictl" ||
@@ -134,7 +221,9 @@ mpi4py=$(file_of 'mpi4py-*.tar.gz')
 cython=$(file_of 'cython-*-py3-none-any.whl')
 horovod=$(file_of 'horovod-*.tar.gz')
 nccl_tests=$(file_of 'nccl-tests-*.tar.gz')
-for f in "$openmpi" "$nccl" "$mpi4py" "$horovod"; do
+ucx=$(file_of 'ucx-*.tar.*')
+ucc=$(file_of 'ucc-*.tar.gz')
+for f in "$openmpi" "$nccl" "$mpi4py" "$horovod" "$ucx" "$ucc"; do
   [ -n "$f" ] || die "a source tarball is missing from $CARRY/sources (run --bundle)"
 done
 case "$(version_of "$mpi4py" mpi4py-)" in
@@ -157,6 +246,10 @@ ansible_python_interpreter: /usr/bin/python3
 horovod_python: "$PYTHON"
 EOF
 
+# UCX and UCC compile their CUDA code for the GPUs here only (their defaults: every
+# architecture the toolkit knows, minutes of nvcc).
+gencode=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | tr -d ' .' | sort -u |
+  sed 's/.*/-gencode=arch=compute_&,code=sm_&/' | paste -sd' ')
 cat >"$OUT/vars.yml" <<EOF
 openmpi_version: "$(version_of "$openmpi" openmpi_)"
 openmpi_source_local: "$openmpi"
@@ -164,6 +257,20 @@ openmpi_source_sha256: "$(sha_of "$openmpi")"
 mpi4py_version: "$(version_of "$mpi4py" mpi4py-)"
 mpi4py_source_local: "$mpi4py"
 mpi4py_source_sha256: "$(sha_of "$mpi4py")"
+ucx_enabled: "true"
+ucx_version: "$(version_of "$ucx" ucx-)"
+ucx_source_local: "$ucx"
+ucx_source_sha256: "$(sha_of "$ucx")"
+ucx_cuda: enabled
+ucx_cuda_home: "$CUDA_HOME"
+ucx_configure_extra_flags: ["--with-nvcc-gencode=$gencode"]
+ucc_enabled: "true"
+ucc_version: "$(version_of "$ucc" ucc-)"
+ucc_source_local: "$ucc"
+ucc_source_sha256: "$(sha_of "$ucc")"
+ucc_cuda: enabled
+ucc_cuda_home: "$CUDA_HOME"
+ucc_configure_extra_flags: ["--with-nvcc-gencode=$gencode"]
 EOF
 if [ -n "$cython" ]; then
   cat >>"$OUT/vars.yml" <<EOF
@@ -181,12 +288,10 @@ horovod_source_local: "$horovod"
 horovod_source_sha256: "$(sha_of "$horovod")"
 openmpi_cuda: enabled
 openmpi_cuda_home: "$CUDA_HOME"
-nccl_enabled: "true"
 nccl_cuda_home: "$CUDA_HOME"
 nccl_cuda_archs: []
-nccl_make_args: []
+nccl_make_args: [$([ -n "${GPU_NODE_NCCL_FUNCS:-}" ] && printf '"ONLY_FUNCS=%s"' "$GPU_NODE_NCCL_FUNCS")]
 horovod_gpu_operations: NCCL
-nccl_tests_enabled: "$([ -n "$nccl_tests" ] && echo true || echo false)"
 horovod_pip_download_args: ["--no-index", "--find-links", "$CARRY/node-wheels"]
 slurm_enabled: false
 EOF
@@ -197,21 +302,44 @@ nccl_tests_source_local: "$nccl_tests"
 nccl_tests_source_sha256: "$(sha_of "$nccl_tests")"
 EOF
 fi
+if [ "${GPU_NODE_APT:-0}" != 1 ]; then
+  cat >>"$OUT/vars.yml" <<EOF
+# no package mirror here: the machine's own tools (step "tools")
+openmpi_packages: []
+ucx_packages: []
+ucc_packages: []
+nccl_packages: []
+mpi4py_packages: []
+mpi4py_build_packages: []
+horovod_packages: []
+mpi_jobs_packages: []
+EOF
+fi
+# phase A: no NCCL, nccl-tests or Horovod yet
+cat >"$OUT/phase-a.yml" <<EOF
+nccl_enabled: "false"
+nccl_tests_enabled: "false"
+horovod_enabled: false
+EOF
+cat >"$OUT/phase-b.yml" <<EOF
+nccl_enabled: "true"
+nccl_tests_enabled: "$([ -n "$nccl_tests" ] && echo true || echo false)"
+horovod_enabled: true
+EOF
 
 INV=(-i "$OUT/inventory")
-step provision "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml"
-run_dir=$(find "$MPICTL_STATE_DIR/runs" -mindepth 1 -maxdepth 1 -type d | sort | tail -n 1)
-[ -n "$run_dir" ] && step build-times "$OUT/venv/bin/python" "$ROOT/bench/build_times.py" --from-run "$run_dir"
-[ -f "$ROOT/bench/out/build_times_from_run.json" ] && cp "$ROOT/bench/out/build_times_from_run.json" "$OUT/"
-step provision-again "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml"
-
-step ompi-cuda sh -c '. /etc/environment; export PATH; ompi_info --parsable --all | grep mpi_built_with_cuda_support:value | grep -q ":true$" && echo CUDA-aware'
-step nccl-archs sh -c "python3 '$ROOT/roles/nccl/files/cuda_archs.py' /usr/local/nccl-*/lib/libnccl.so.*.*.*"
-step horovod-build "$PYTHON" -m horovod.runner.launch --check-build
-step doctor "$MPICTL" doctor "${INV[@]}" --json
-step smoke "$MPICTL" smoke "${INV[@]}" --suite all --json
+results() { "$OUT/venv/bin/python" "$ROOT/bench/gpu_results.py" "$OUT"; }
+build_times() {  # build_times NAME: the compile times of the newest provision run
+  local run_dir
+  run_dir=$(find "$MPICTL_STATE_DIR/runs" -mindepth 1 -maxdepth 1 -type d | sort | tail -n 1)
+  [ -n "$run_dir" ] || return 0
+  step "build-times-$1" "$OUT/venv/bin/python" "$ROOT/bench/build_times.py" --from-run "$run_dir"
+  [ -f "$ROOT/bench/out/build_times_from_run.json" ] &&
+    cp "$ROOT/bench/out/build_times_from_run.json" "$OUT/build_times_$1.json"
+}
 
 mkdir -p "$OUT/work"
+cp "$ROOT/bench/device_buffers.c" "$OUT/work/"
 cat >"$OUT/work/gpu_checks.py" <<'EOF'
 """torch.distributed NCCL allreduce (correctness), its timing over sizes (algbw/busbw) and the
 device memory bandwidth, in one run; one JSON line per result."""
@@ -280,17 +408,40 @@ print(json.dumps({"rank": r, "size": n, "device": str(s.device),
                   "allgather": g.flatten().tolist() == [float(i) for i in range(n)]}))
 EOF
 chmod -R a+rX "$OUT/work"
-step torch-nccl "$MPICTL" run "${INV[@]}" -np 1 --torch --workdir "$OUT/work" -- "$PYTHON" gpu_checks.py
-step horovod-gpu "$MPICTL" run "${INV[@]}" -np 1 --workdir "$OUT/work" -- "$PYTHON" horovod_gpu.py
 
+# ---- phase A: UCX, UCC, OpenMPI; MPI on device buffers
+step provision-a "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-a.yml"
+build_times a
+step ompi-cuda sh -c '. /etc/environment; export PATH; ompi_info --parsable --all | grep -E "mpi_built_with_cuda_support:value|MCA (coll|pml): (ucc|ucx)"'
+step ucx-info sh -c '. /etc/environment; export PATH; ucx_info -v; ucx_info -d | grep -E "Transport|Device"'
+step ucc-info sh -c '. /etc/environment; export PATH; ucc_info -v; ucc_info -c | grep -iE "TL_CUDA|EC_CUDA|MC_CUDA" | head -5'
+step doctor "$MPICTL" doctor "${INV[@]}" --json
+# built as a user builds a program: the cluster's mpicc (on the PATH of /etc/environment)
+step device-build sh -c ". /etc/environment; export PATH; cd '$OUT/work' && mpicc -O2 -o device_buffers device_buffers.c -I'$CUDA_HOME/include' -L'$CUDA_HOME/lib64' -lcudart -Wl,-rpath,'$CUDA_HOME/lib64' && chmod a+rx device_buffers"
+RUN2=(run "${INV[@]}" -np 2 --oversubscribe --timeout 300 --workdir "$OUT/work")
+step device-mpictl "$MPICTL" "${RUN2[@]}" -- ./device_buffers
+step device-ucx "$MPICTL" "${RUN2[@]}" --mca pml=ucx -- ./device_buffers
+step device-ob1 "$MPICTL" "${RUN2[@]}" --mca pml=ob1 --mca coll_ucc_enable=0 -- ./device_buffers
+step torch-nccl "$MPICTL" run "${INV[@]}" -np 1 --torch --workdir "$OUT/work" -- "$PYTHON" gpu_checks.py
+results
+case $PHASES in *B*) ;; *) cat "$SUMMARY" "$OUT/results.txt"; exit 0 ;; esac
+
+# ---- phase B: NCCL, nccl-tests, Horovod
+step provision-b "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-b.yml"
+build_times b
+step horovod-build "$PYTHON" -m horovod.runner.launch --check-build
+step horovod-gpu "$MPICTL" run "${INV[@]}" -np 1 --workdir "$OUT/work" -- "$PYTHON" horovod_gpu.py
+step nccl-archs sh -c "python3 '$ROOT/roles/nccl/files/cuda_archs.py' /usr/local/nccl-*/lib/libnccl.so.*.*.*"
 if [ -n "$nccl_tests" ]; then
   # the nccl_tests role's build, found on PATH as every job finds it
   step all-reduce-perf "$MPICTL" run "${INV[@]}" -np 1 -- all_reduce_perf -b 8 -e 4G -f 2 -g 1
   step sendrecv-perf "$MPICTL" run "${INV[@]}" -np 1 -- sendrecv_perf -b 8 -e 1G -f 4 -g 1 -c 1
 fi
+results
+step provision-again "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-b.yml"
+step smoke "$MPICTL" smoke "${INV[@]}" --suite all --json
 
-# results.txt/results.json: the figures, read from the step logs without mpirun's rank tags
-"$OUT/venv/bin/python" "$ROOT/bench/gpu_results.py" "$OUT"
+results
 echo "steps: $SUMMARY"
 cat "$SUMMARY" "$OUT/results.txt"
 echo "everything is under $OUT"
