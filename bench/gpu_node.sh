@@ -58,8 +58,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYVERS_DEFAULT="3.10 3.11 3.12 3.13"
 # What a bare GPU image tends to lack (bookworm's packages work on Ubuntu 24.04 when unpacked).
 DEBS_DEFAULT="openssh-server openssh-client openssh-sftp-server rsync iperf3 libiperf0 libsctp1
-iproute2 libbpf1 libmnl0 libelf1 libcap2 libbsd0 libmd0 libxxhash0 liblz4-1 libpopt0 libwrap0
-libaudit1 libcap-ng0 libpam0g libsystemd0 libselinux1 libpcre2-8-0 libgssapi-krb5-2 libkrb5-3
+iproute2 libbpf1 libmnl0 libelf1 libcap2 libbsd0 libmd0 libxxhash0 liblz4-1 libpopt0 libwrap0 libnsl2
+libtirpc3 libtirpc-common libaudit1 libcap-ng0 libpam0g libsystemd0 libselinux1 libpcre2-8-0 libgssapi-krb5-2 libkrb5-3
 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2 libcrypt1 libacl1 libzstd1 m4 autoconf
 automake autotools-dev libtool"
 
@@ -152,7 +152,7 @@ step machine machine || die "this machine lacks nvidia-smi, nvcc at $CUDA_HOME o
 
 # unpack_debs: each carried .deb the machine needs (see the header), unpacked into /.
 unpack_debs() {
-  local deb pkg libs missing so
+  local deb pkg libs missing so progs
   known=$(PATH="$PATH:/sbin:/usr/sbin" ldconfig -p | awk '{print $1}')
   for deb in "$CARRY"/debs/*.deb; do
     pkg=$(dpkg-deb -f "$deb" Package)
@@ -168,10 +168,16 @@ unpack_debs() {
         echo "unpacking $pkg (missing:$missing)"
         ;;
       *)
-        if [ "$(dpkg-query -W -f '${db:Status-Status}' "$pkg" 2>/dev/null)" = installed ]; then
+        # (dpkg may call a package installed whose programs an image stripped: look at them)
+        progs=$(dpkg-deb -c "$deb" | awk '{ print ($(NF - 1) == "->") ? $(NF - 2) : $NF }' |
+          grep -E '^\./(usr/)?s?bin/[^/]+$' | sed 's|^\.||')
+        missing=
+        for so in $progs; do [ -e "$so" ] || missing="$missing $so"; done
+        if [ -n "$progs" ] && [ -z "$missing" ] &&
+          [ "$(dpkg-query -W -f '${db:Status-Status}' "$pkg" 2>/dev/null)" = installed ]; then
           echo "kept the machine's own $pkg"; continue
         fi
-        echo "unpacking $pkg"
+        echo "unpacking $pkg${missing:+ (missing:$missing)}"
         ;;
     esac
     dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink -C / || return 1
@@ -410,11 +416,17 @@ EOF
 chmod -R a+rX "$OUT/work"
 
 # ---- phase A: UCX, UCC, OpenMPI; MPI on device buffers
-step provision-a "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-a.yml"
+# shellcheck disable=SC2086 # GPU_NODE_PROVISION_ARGS: more arguments, e.g. --tags ucx
+step provision-a "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-a.yml" ${GPU_NODE_PROVISION_ARGS:-}
 build_times a
-step ompi-cuda sh -c '. /etc/environment; export PATH; ompi_info --parsable --all | grep -E "mpi_built_with_cuda_support:value|MCA (coll|pml): (ucc|ucx)"'
-step ucx-info sh -c '. /etc/environment; export PATH; ucx_info -v; ucx_info -d | grep -E "Transport|Device"'
-step ucc-info sh -c '. /etc/environment; export PATH; ucc_info -v; ucc_info -c | grep -iE "TL_CUDA|EC_CUDA|MC_CUDA" | head -5'
+# (each fails unless what it looks for is there: the cluster's own tools, from /etc/environment)
+# shellcheck disable=SC2016 # expanded by the inner bash
+step ompi-cuda bash -c '. /etc/environment; export PATH; command -v ompi_info; i=$(ompi_info --parsable --all) &&
+  grep -E "mpi_built_with_cuda_support:value|mca:(coll|pml):(ucc|ucx):" <<<"$i" | grep -v ":param:" | sort -u | head -20;
+  grep -q "mpi_built_with_cuda_support:value:true" <<<"$i" && grep -q "^mca:coll:ucc:" <<<"$i"'
+step ucx-info bash -c '. /etc/environment; export PATH; set -o pipefail; ucx_info -v && ucx_info -d | grep -E "Transport|Device" | tee /dev/stderr | grep -q cuda_ipc'
+step ucc-info bash -c '. /etc/environment; export PATH; set -o pipefail; ucc_info -v && ucc_info -c | grep -iE "TL_CUDA|EC_CUDA|MC_CUDA" | head -5'
+
 step doctor "$MPICTL" doctor "${INV[@]}" --json
 # built as a user builds a program: the cluster's mpicc (on the PATH of /etc/environment)
 step device-build sh -c ". /etc/environment; export PATH; cd '$OUT/work' && mpicc -O2 -o device_buffers device_buffers.c -I'$CUDA_HOME/include' -L'$CUDA_HOME/lib64' -lcudart -Wl,-rpath,'$CUDA_HOME/lib64' && chmod a+rx device_buffers"

@@ -5,7 +5,9 @@ python bench/gpu_results.py OUT_DIR
 The logs are `mpictl run` output: every line a rank printed carries OpenMPI's tag
 (``[1,0]<stdout>: ``). The ranks' stdout is read through :mod:`mpictl.ranks`, which owns that
 tag, so nccl-tests' table and its ``Avg bus bandwidth`` line are found as they were printed.
-Kept: the JSON lines of ``torch-nccl.log`` (``"check"``) and ``horovod-gpu.log``
+Kept: bench/device_buffers.c's JSON lines of ``device-mpictl.log``, ``device-ucx.log`` and
+``device-ob1.log`` (all sizes in results.json; 8 bytes and 256 MiB in results.txt), the JSON lines
+of ``torch-nccl.log`` (``"check"``) and ``horovod-gpu.log``
 (``"allreduce"``), the last three rows of the tables of ``all-reduce-perf.log`` and
 ``sendrecv-perf.log`` and their average bus bandwidth.
 """
@@ -66,8 +68,24 @@ def nccl_tests(lines: list[str]) -> dict[str, Any]:
     return {"rows": rows, "avg_busbw_GBps": table.avg_busbw_GBps}
 
 
+#: bench/device_buffers.c runs: mpictl's own transport, pml ucx, and the ob1 baseline (no UCC)
+DEVICE_RUNS = ("device-mpictl", "device-ucx", "device-ob1")
+#: the sizes the issue's targets name: 8 bytes (latency) and 256 MiB (bandwidth)
+DEVICE_SIZES = (8, 256 << 20)
+
+
+def device_buffers(lines: list[str]) -> dict[str, Any]:
+    """What ran (the header line) and the allreduce/sendrecv rows of one device_buffers run."""
+    rows = json_lines(lines, "op")
+    header = json_lines(lines, "devices")
+    return {"ran": header[0] if header else None, "rows": rows}
+
+
 def collect(out: Path) -> dict[str, Any]:
     return {
+        "device_buffers": {
+            run: device_buffers(rank_lines(out / f"{run}.log")) for run in DEVICE_RUNS
+        },
         "torch_nccl": json_lines(rank_lines(out / "torch-nccl.log"), "check"),
         "horovod_gpu": json_lines(rank_lines(out / "horovod-gpu.log"), "allreduce"),
         "all_reduce_perf": nccl_tests(rank_lines(out / "all-reduce-perf.log")),
@@ -76,7 +94,12 @@ def collect(out: Path) -> dict[str, Any]:
 
 
 def text(results: dict[str, Any]) -> str:
-    lines = [json.dumps(r) for r in results["torch_nccl"] + results["horovod_gpu"]]
+    lines = []
+    for run, got in results.get("device_buffers", {}).items():
+        if got["ran"] is not None:
+            lines.append(f"{run}: {json.dumps(got['ran'])}")
+        lines += [f"{run}: {json.dumps(r)}" for r in got["rows"] if r.get("bytes") in DEVICE_SIZES]
+    lines += [json.dumps(r) for r in results["torch_nccl"] + results["horovod_gpu"]]
     for name in ("all_reduce_perf", "sendrecv_perf"):
         perf = results[name]
         lines += [row["line"] for row in perf["rows"][-3:]]

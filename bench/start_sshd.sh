@@ -42,6 +42,13 @@ fi
 [ -n "$sshd" ] && [ -x "$sshd" ] \
   || die "no sshd on this machine: install openssh-server (bench/gpu_node.sh: put its .deb in CARRY_DIR/debs)"
 
+# An unpacked openssh-server has no sshd_config: its maintainer script copies Debian's default.
+if [ ! -e "$ETC_SSH/sshd_config" ] && [ -e "${START_SSHD_DEFAULT_CONFIG:-/usr/share/openssh/sshd_config}" ]; then
+  echo "start_sshd: $ETC_SSH/sshd_config from the package's default"
+  mkdir -p "$ETC_SSH" || die "cannot create $ETC_SSH"
+  cp "${START_SSHD_DEFAULT_CONFIG:-/usr/share/openssh/sshd_config}" "$ETC_SSH/sshd_config" ||
+    die "cannot write $ETC_SSH/sshd_config"
+fi
 if ! ls "$ETC_SSH"/ssh_host_*_key >/dev/null 2>&1; then
   echo "start_sshd: creating host keys in $ETC_SSH"
   ssh-keygen -A || die "ssh-keygen -A failed: no host keys for sshd"

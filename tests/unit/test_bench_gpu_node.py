@@ -44,7 +44,7 @@ def _machine(tmp_path: Path, *, tcp: str, user_exists: bool, keys: bool, listens
     (proc / "tcp").write_text(TCP_HEADER + tcp)
     if keys:
         (etc / "ssh_host_ed25519_key").write_text("key")
-    for tool in ("awk", "ls", "mkdir", "chmod", "sleep", "cat"):
+    for tool in ("awk", "ls", "mkdir", "chmod", "sleep", "cat", "cp"):
         (bin_dir / tool).symlink_to(
             subprocess.check_output(["sh", "-c", f"command -v {tool}"], text=True).strip()
         )
@@ -62,6 +62,8 @@ def _machine(tmp_path: Path, *, tcp: str, user_exists: bool, keys: bool, listens
         "START_SSHD_RUN_DIR": str(run),
         "START_SSHD_BIN": str(bin_dir / "sshd"),
         "START_SSHD_WAIT": "1",
+        # the package's default sshd_config: absent unless a test writes it
+        "START_SSHD_DEFAULT_CONFIG": str(tmp_path / "default_sshd_config"),
     }
     return env, run
 
@@ -87,6 +89,16 @@ def test_sshd_is_started_on_a_bare_machine_with_keys_user_and_run_dir_made(tmp_p
     )
     assert run.is_dir() and stat.S_IMODE(run.stat().st_mode) == 0o755
     assert "listens on port 22" in proc.stdout
+
+
+def test_an_unpacked_server_gets_the_packages_default_sshd_config(tmp_path: Path) -> None:
+    # an openssh-server .deb unpacked without its maintainer scripts has no /etc/ssh/sshd_config
+    # (sshd then refuses to start: seen on the H200 node)
+    (tmp_path / "default_sshd_config").write_text("Include /etc/ssh/sshd_config.d/*.conf\n")
+    proc, _, _ = _start(tmp_path, tcp="", user_exists=True, keys=True, listens=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "etc_ssh" / "sshd_config").read_text().startswith("Include ")
+    assert "sshd_config from the package's default" in proc.stdout
 
 
 def test_nothing_is_started_when_port_22_already_listens(tmp_path: Path) -> None:
@@ -141,6 +153,28 @@ def test_the_nccl_tests_table_is_read_through_mpiruns_rank_tags(tmp_path: Path) 
     assert text[5] == "# Avg bus bandwidth    : 0.0"
     perf = gpu_results.collect(tmp_path)["all_reduce_perf"]
     assert len(perf["rows"]) == 4 and perf["rows"][-1]["algbw_GBps"] == 1513.0
+
+
+def test_device_buffer_runs_are_read_per_transport(tmp_path: Path) -> None:
+    # bench/device_buffers.c's line format through mpirun's tags (written here, not a recording)
+    head = '{"devices": 1, "device": "GPU", "ranks": 2, "pml": "ucx", "coll_ucc_enable": "1"}'
+    rows = [
+        '{"op": "allreduce", "bytes": 8, "iters": 1000, "time_us": 21.5, "ok": true}',
+        '{"op": "allreduce", "bytes": 16, "iters": 1000, "time_us": 22.0, "ok": true}',
+        '{"op": "sendrecv", "bytes": 268435456, "iters": 5, "bw_GBps": 310.2, "ok": true}',
+    ]
+    (tmp_path / "device-ucx.log").write_text(
+        "".join(f"[1,0]<stdout>: {line}\n" for line in [head, *rows]) + "[1,1]<stderr>: x\n"
+    )
+    assert gpu_results.main([str(tmp_path)]) == 0
+    got = gpu_results.collect(tmp_path)["device_buffers"]
+    assert got["device-ob1"] == {"ran": None, "rows": []}
+    assert got["device-ucx"]["ran"]["pml"] == "ucx"
+    assert [r["bytes"] for r in got["device-ucx"]["rows"]] == [8, 16, 268435456]
+    text = (tmp_path / "results.txt").read_text().splitlines()
+    assert text[0].startswith('device-ucx: {"devices": 1')
+    # only the sizes the targets name reach results.txt
+    assert [line.split('"bytes": ')[1].split(",")[0] for line in text[1:]] == ["8", "268435456"]
 
 
 def test_a_run_without_nccl_tests_has_no_table(tmp_path: Path) -> None:

@@ -66,12 +66,16 @@ def probe(home: Path, mode: str = "auto", *, tmp: Path, cache: str = "") -> list
 def test_rdma_devices_and_verbs_h_are_read(tmp_path: Path) -> None:
     home = toolkit(tmp_path / "cuda")
     got = cuda.mpictl_key_values(probe(home, "disabled", tmp=tmp_path))
-    assert got == {"ib_devices": "", "verbs_h": "no"}  # disabled: nothing of CUDA is read
+    assert got == {"ib_devices": "", "verbs_h": "no", "rdmacm_h": "no"}  # disabled: no CUDA read
     for dev in ("mlx5_0", "mlx5_1"):
         (tmp_path / "sys" / dev).mkdir(parents=True)
     touch(tmp_path / "include" / "infiniband" / "verbs.h")
     got = cuda.mpictl_key_values(probe(home, "disabled", tmp=tmp_path))
-    assert got == {"ib_devices": "mlx5_0 mlx5_1", "verbs_h": "yes"}
+    # verbs.h without librdmacm's header, as on a real GPU image (UCX then builds without rdmacm)
+    assert got == {"ib_devices": "mlx5_0 mlx5_1", "verbs_h": "yes", "rdmacm_h": "no"}
+    touch(tmp_path / "include" / "rdma" / "rdma_cma.h")
+    got = cuda.mpictl_key_values(probe(home, "disabled", tmp=tmp_path))
+    assert got["rdmacm_h"] == "yes"
 
 
 def test_the_toolkits_stubs_come_first_for_both_driver_libraries(tmp_path: Path) -> None:
@@ -187,3 +191,74 @@ def test_the_probe_passes_shellcheck() -> None:
         [shellcheck, "-s", "sh", str(FILES / "ucx_probe.sh")], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout
+
+
+# --- found on a real GPU node (H200, Ubuntu 24.04, 2026-11-26) ---------------------------------
+
+
+def rdmacm_decision(nodes: dict[str, dict[str, str]], rdma: bool = True) -> tuple[bool, str]:
+    """``_ucx_rdmacm`` and its reason, rendered from the preflight task as Ansible renders it,
+    for nodes whose probe read ``verbs_h``/``rdmacm_h`` as given."""
+    tasks = yaml.safe_load((ROOT / "roles/ucx/tasks/preflight.yml").read_text())
+    (task,) = [t for t in tasks if t.get("name") == "Decide whether UCX has the rdmacm transport"]
+    env = jinja2.Environment()
+    env.filters["bool"] = lambda v: v is True or str(v).strip().lower() in ("true", "yes", "1")
+    names = {
+        "ansible_play_hosts": list(nodes),
+        "hostvars": {h: {"_ucx_node": n} for h, n in nodes.items()},
+        "_ucx_rdma": rdma,
+    }
+    names["_without_cma"] = yaml.safe_load(
+        env.from_string(task["vars"]["_without_cma"]).render(names)
+    )
+    facts = {
+        k: env.from_string(v).render(names).strip()
+        for k, v in task["ansible.builtin.set_fact"].items()
+    }
+    return facts["_ucx_rdmacm"] == "True", facts["_ucx_rdmacm_why"]
+
+
+def test_verbs_h_without_rdma_cma_h_builds_verbs_without_rdmacm() -> None:
+    # The H200 image had libibverbs-dev (verbs.h, mlx5dv.h) but no librdmacm-dev: UCX's configure
+    # stopped at "RDMACM requested but required file (rdma/rdma_cma.h) could not be found".
+    ok, why = rdmacm_decision(
+        {
+            "gpu1": {"verbs_h": "yes", "rdmacm_h": "yes"},
+            "gpu2": {"verbs_h": "yes", "rdmacm_h": "no"},
+        }
+    )
+    assert not ok
+    assert why.startswith("no /usr/include/rdma/rdma_cma.h on gpu2 ")
+    # both headers everywhere, or nodes that get rdma-core (and both headers) from the role
+    assert rdmacm_decision(
+        {
+            "gpu1": {"verbs_h": "yes", "rdmacm_h": "yes"},
+            "gpu2": {"verbs_h": "no", "rdmacm_h": "no", "ib_devices": "mlx5_0"},
+        }
+    ) == (True, "")
+    # no RDMA build at all: no rdmacm either
+    assert rdmacm_decision({"cpu": {"verbs_h": "no", "rdmacm_h": "no"}}, rdma=False)[0] is False
+
+
+def test_the_gda_guard_lands_on_ucx_1_22s_device_api_and_only_once(tmp_path: Path) -> None:
+    # UCX 1.22's release source includes gdaki.cuh wherever mlx5dv.h exists, and gdaki.cuh needs
+    # DOCA GPUNetIO headers the source lacks: its CUDA perftest kernels failed on the H200 node.
+    import re
+    import tarfile
+
+    tasks = yaml.safe_load((ROOT / "roles/ucx/tasks/build.yml").read_text())
+    (task,) = [t for t in tasks if t.get("name", "").startswith("Guard UCX's device API")]
+    spec = task["ansible.builtin.replace"]
+    with tarfile.open(ROOT / "tests/data/sources/ucx-1.22.0.tar.xz") as tar:
+        member = next(
+            m for m in tar.getmembers() if m.name.endswith("uct/api/device/uct_device_impl.h")
+        )
+        header = tar.extractfile(member).read().decode()  # type: ignore[union-attr]
+    # ansible.builtin.replace: Python's re, MULTILINE
+    once = re.sub(spec["regexp"], spec["replace"], header, flags=re.MULTILINE)
+    gated = once[once.index("#if __has_include(<uct/ib/mlx5/gdaki/gdaki.cuh>)") :].split(
+        "#include"
+    )[0]
+    assert "__has_include(<infiniband/mlx5dv.h>) &&" in gated
+    assert "gdaki/gpunetio/device/doca_gpunetio_dev_verbs_qp.cuh>)" in gated
+    assert re.sub(spec["regexp"], spec["replace"], once, flags=re.MULTILINE) == once

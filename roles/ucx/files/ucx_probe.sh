@@ -3,8 +3,8 @@
 # (ansible.builtin.raw: sh -c "$(cat ucx_probe.sh)" ucx_probe CUDA_HOME CUDA_MODE). Reads only.
 # Two more arguments, for tests only, replace /sys/class/infiniband and /usr/include.
 #
-# RDMA: the devices under /sys/class/infiniband (HCAs, RoCE NICs) and whether verbs.h is already
-# installed (rdma-core's libibverbs-dev, or MOFED/DOCA-OFED's own).
+# RDMA: the devices under /sys/class/infiniband (HCAs, RoCE NICs) and whether verbs.h and rdma_cma.h
+# are already installed (rdma-core's libibverbs-dev and librdmacm-dev, or MOFED/DOCA-OFED's own).
 #
 # CUDA (unless CUDA_MODE is "disabled"): UCX's configure with --with-cuda needs cuda.h,
 # cuda_runtime.h and nvml.h, and links against libcuda (cuDeviceGetUuid), the toolkit's libcudart
@@ -15,7 +15,7 @@
 # PATH), then the usual library directories.
 #
 # Prints KEY=VALUE lines: ib_devices=the device names (space-separated; empty: none),
-# verbs_h=yes|no; with CUDA: home=CUDA_HOME, nvcc=yes|no, nvcc_release=what `nvcc --version` says
+# verbs_h=yes|no, rdmacm_h=yes|no (rdma/rdma_cma.h: librdmacm's headers); with CUDA: home=CUDA_HOME, nvcc=yes|no, nvcc_release=what `nvcc --version` says
 # ("release 13.0, V13.0.88"), cuda_h, cuda_runtime_h, nvml_h=yes|no, libcuda=, libnvidia_ml=
 # (the first library found; empty: none) and searched_libcuda=, searched_libnvidia_ml= (what was
 # looked at, in order, separated by "; ").
@@ -35,6 +35,7 @@ for dev in "$sysfs"/*; do
 done
 printf 'ib_devices=%s\n' "$devices"
 printf 'verbs_h=%s\n' "$(yes_no "$include/infiniband/verbs.h")"
+printf 'rdmacm_h=%s\n' "$(yes_no "$include/rdma/rdma_cma.h")"
 
 if [ "$mode" = disabled ]; then
   exit 0
