@@ -1,0 +1,394 @@
+#!/usr/bin/python3
+"""mpictl's node health program: is this node fit to take the next job? (issue 27, part 1)
+
+Runs on one node as root (Slurm's HealthCheckProgram runs it so; doctor runs it the same way),
+reads only, apart from its own small state file (the kernel log position already looked at, so
+that only new XID errors count), and answers fast: every command has a timeout.
+
+Usage: node_health.py [--config FILE] [--json | --ack-xid]
+  FILE (default /etc/mpictl/health.json) is JSON, every key optional:
+    "mpirun", "venv_python", "hostfile"   paths the cluster environment needs ("" skips)
+    "mpi_user", "ssh_files"               the MPI user and the SSH files it needs
+    "disk_min_free_mib"                   {path: MiB}: free space each path needs
+    "max_load_per_cpu"                    15-minute load average per CPU above which load is stuck
+    "gpus"                                GPUs the node must show (0: no GPU checks)
+    "driver"                              the driver version provisioned ("" skips)
+    "nvidia_smi_timeout"                  seconds nvidia-smi has to answer
+    "xid_ignore"                          XIDs that are the application's, not the node's
+    "fabric_manager"                      "auto" (on NVSwitch systems), true or false
+    "rdma_ports"                          {"mlx5_0/1": rate in Gb/s, ...}: ports that must be
+                                          ACTIVE at that rate (or faster)
+    "state"                               the state file (default /var/lib/mpictl/health.json)
+  and, for tests only, "nvidia_smi", "kmsg", "sysfs_ib", "nvswitch_glob", "systemctl".
+Prints one line per failed check, "CHECK: what is wrong", and one per check that could not read
+its source, "warning: CHECK: why" (a check never passes silently). --json prints
+{"failed": [[check, detail]...], "warnings": [...], "passed": [checks]} instead.
+A new XID error keeps failing until `--ack-xid` (after the GPU is reset or replaced) or a reboot.
+Exit 0: healthy (warnings allowed); 1: a check failed; 2: the config cannot be read.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "mpirun": "",
+    "venv_python": "",
+    "hostfile": "",
+    "mpi_user": "",
+    "ssh_files": [],
+    "disk_min_free_mib": {"/": 1024, "/tmp": 512},
+    "max_load_per_cpu": 4.0,
+    "gpus": 0,
+    "driver": "",
+    "nvidia_smi_timeout": 20,
+    # 13 graphics engine exception, 31 MMU fault, 43 channel stopped, 45 preemptive cleanup: a
+    # job's own errors; 63 a row remapping recorded (informational). Everything else counts.
+    "xid_ignore": [13, 31, 43, 45, 63],
+    "fabric_manager": "auto",
+    "rdma_ports": {},
+    "state": "/var/lib/mpictl/health.json",
+    "nvidia_smi": "nvidia-smi",
+    "kmsg": "",
+    "sysfs_ib": "/sys/class/infiniband",
+    "nvswitch_glob": "/dev/nvidia-nvswitch*",
+    "systemctl": "systemctl",
+}
+GPU_FIELDS = (
+    "index,pci.bus_id,driver_version,ecc.errors.uncorrected.volatile.total,"
+    "retired_pages.pending,remapped_rows.pending,remapped_rows.failure"
+)
+# the kernel's XID line: "NVRM: Xid (PCI:0000:9b:00): 79, pid=..., GPU has fallen off the bus."
+XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?(.*)$")
+# newer drivers also say it over three lines without an XID ("NVRM: The NVIDIA GPU 0000:b3:00.0",
+# "NVRM: (PCI ID: ...) installed in this system has", "NVRM: fallen off the bus and is not
+# responding to commands."): counted as XID 79
+OFF_BUS_GPU = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F:.]+)")
+
+
+class Report:
+    def __init__(self) -> None:
+        self.failed: list[tuple[str, str]] = []
+        self.warnings: list[tuple[str, str]] = []
+        self.passed: list[str] = []
+
+    def check(self, name: str, problems: list[str]) -> None:
+        if problems:
+            self.failed += [(name, p) for p in problems]
+        else:
+            self.passed.append(name)
+
+    def warn(self, name: str, why: str) -> None:
+        self.warnings.append((name, why))
+
+
+def run(cmd: list[str], timeout: float) -> tuple[int, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout + (p.stderr if p.returncode else "")
+    except subprocess.TimeoutExpired:
+        return 124, f"no answer within {timeout:g} s"
+    except OSError as exc:
+        return 127, str(exc)
+
+
+def environment(cfg: dict[str, Any], report: Report) -> None:
+    problems = []
+    for key, what in (("mpirun", "mpirun"), ("venv_python", "the cluster venv's python")):
+        path = cfg[key]
+        if path and not os.access(path, os.X_OK):
+            problems.append(f"{what} {path} is missing")
+    if cfg["hostfile"] and not os.path.isfile(cfg["hostfile"]):
+        problems.append(f"the hostfile {cfg['hostfile']} is missing")
+    report.check("environment", problems)
+
+
+def mpi_user(cfg: dict[str, Any], report: Report) -> None:
+    if not cfg["mpi_user"]:
+        return
+    try:
+        pwd.getpwnam(cfg["mpi_user"])
+    except KeyError:
+        report.check("mpi user", [f"no user {cfg['mpi_user']}"])
+        return
+    missing = [p for p in cfg["ssh_files"] if not os.path.isfile(p)]
+    report.check("mpi user", [f"{cfg['mpi_user']}'s {p} is missing" for p in missing])
+
+
+def disk(cfg: dict[str, Any], report: Report) -> None:
+    problems = []
+    for path, need in sorted(cfg["disk_min_free_mib"].items()):
+        try:
+            free = shutil.disk_usage(path).free // (1 << 20)
+        except OSError as exc:
+            report.warn("disk", f"cannot read the free space of {path}: {exc.strerror}")
+            continue
+        if free < int(need):
+            problems.append(f"{path} has {free} MiB free, below {int(need)} MiB")
+    report.check("disk", problems)
+
+
+def load(cfg: dict[str, Any], report: Report) -> None:
+    try:
+        load15 = os.getloadavg()[2]
+    except OSError:
+        report.warn("load", "cannot read the load average")
+        return
+    cpus = os.cpu_count() or 1
+    limit = float(cfg["max_load_per_cpu"]) * cpus
+    stuck = [f"15-minute load {load15:.1f} above {limit:g} ({cpus} CPUs)"] if load15 > limit else []
+    report.check("load", stuck)
+
+
+def parse_gpus(text: str) -> list[dict[str, str]]:
+    """nvidia-smi --query-gpu=GPU_FIELDS --format=csv,noheader: one dict per GPU."""
+    names = GPU_FIELDS.split(",")
+    out = []
+    for line in text.splitlines():
+        values = [v.strip() for v in line.split(",")]
+        if len(values) == len(names) and values[0].isdigit():
+            out.append(dict(zip(names, values, strict=True)))
+    return out
+
+
+def gpus(cfg: dict[str, Any], report: Report) -> list[dict[str, str]]:
+    want = int(cfg["gpus"] or 0)
+    if want <= 0:
+        return []
+    rc, out = run(
+        [cfg["nvidia_smi"], f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader"],
+        float(cfg["nvidia_smi_timeout"]),
+    )
+    if rc != 0:
+        first = (out.strip().splitlines() or ["failed"])[0]
+        report.check("gpu", [f"nvidia-smi failed (exit {rc}): {first}"])
+        return []
+    found = parse_gpus(out)
+    problems = []
+    if len(found) != want:
+        problems.append(f"{len(found)} GPUs visible, {want} expected")
+    for g in found:
+        where = f"GPU {g['index']} ({g['pci.bus_id']})"
+        ecc = g["ecc.errors.uncorrected.volatile.total"]
+        if ecc.isdigit() and int(ecc) > 0:
+            problems.append(f"{where}: {ecc} uncorrectable ECC errors")
+        if g["retired_pages.pending"] == "Yes":
+            problems.append(f"{where}: retired pages pending (reset the GPU)")
+        if g["remapped_rows.pending"] == "Yes":
+            problems.append(f"{where}: row remapping pending (reset the GPU)")
+        if g["remapped_rows.failure"] == "Yes":
+            problems.append(f"{where}: row remapping failed (replace the GPU)")
+    drivers = sorted({g["driver_version"] for g in found})
+    if cfg["driver"] and drivers and drivers != [cfg["driver"]]:
+        problems.append(
+            f"driver {', '.join(drivers)}, provisioned with {cfg['driver']} "
+            "(reboot after a driver upgrade, or provision again)"
+        )
+    report.check("gpu", problems)
+    return found
+
+
+def read_state(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            state = json.load(fh)
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_state(path: str, state: dict[str, Any]) -> str:
+    """'' or why the state could not be written."""
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(state, fh)
+        os.replace(tmp, path)
+        return ""
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror}"
+
+
+def kernel_log(cfg: dict[str, Any]) -> tuple[list[str], str]:
+    """The kernel log's lines and '' (or [] and why it cannot be read): a file given in the
+    config (tests), else `dmesg` (which a container may not be allowed to read)."""
+    if cfg["kmsg"]:
+        try:
+            with open(cfg["kmsg"], encoding="utf-8", errors="replace") as fh:
+                return fh.read().splitlines(), ""
+        except OSError as exc:
+            return [], f"cannot read {cfg['kmsg']}: {exc.strerror}"
+    rc, out = run(["dmesg"], 10)
+    if rc != 0:
+        return [], f"dmesg failed: {(out.strip().splitlines() or ['exit ' + str(rc)])[0]}"
+    return out.splitlines(), ""
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def xids(cfg: dict[str, Any], report: Report) -> None:
+    """New XID errors since the last look: the log position is kept per boot in the state file
+    (a reboot starts the kernel log again)."""
+    lines, why = kernel_log(cfg)
+    if why:
+        report.warn("xid", why)
+        return
+    state = read_state(cfg["state"])
+    boot = boot_id()
+    seen = int(state.get("xid_lines", 0)) if state.get("boot_id") == boot else 0
+    if seen > len(lines):  # the log was cleared or rotated: read it all
+        seen = 0
+    ignore = {int(x) for x in cfg["xid_ignore"]}
+    problems = []
+    new = lines[seen:]
+    for i, line in enumerate(new):
+        m = XID.search(line)
+        if m and int(m.group(2)) not in ignore:
+            what = m.group(3).strip(" ,.") or "see the kernel log"
+            problems.append(f"XID {m.group(2)} on PCI {m.group(1)}: {what}")
+        elif "fallen off the bus" in line and not m and 79 not in ignore:
+            gpu = next((g.group(1) for g in map(OFF_BUS_GPU.search, new[max(0, i - 3) : i + 1])
+                        if g), "?")  # fmt: skip
+            problems.append(f"XID 79 on PCI {gpu}: GPU has fallen off the bus")
+    # An XID stays a failure until it is acknowledged (--ack-xid, after the repair) or the node
+    # reboots: the position moves on by itself only past logs without one.
+    if not problems:
+        why = write_state(cfg["state"], {**state, "boot_id": boot, "xid_lines": len(lines)})
+        if why:
+            report.warn("xid", why)
+    report.check("xid", problems)
+
+
+def ack_xid(cfg: dict[str, Any]) -> int:
+    """--ack-xid: the XIDs in the kernel log so far are dealt with (the GPU was reset or
+    replaced); only later ones count."""
+    lines, why = kernel_log(cfg)
+    why = why or write_state(
+        cfg["state"], {**read_state(cfg["state"]), "boot_id": boot_id(), "xid_lines": len(lines)}
+    )
+    if why:
+        print(f"node_health: {why}", file=sys.stderr)
+        return 1
+    print(f"node_health: XIDs up to kernel log line {len(lines)} acknowledged")
+    return 0
+
+
+def fabric_manager(cfg: dict[str, Any], report: Report) -> None:
+    setting = cfg["fabric_manager"]
+    wanted = bool(glob.glob(cfg["nvswitch_glob"])) if setting == "auto" else setting is True
+    if not wanted:
+        return
+    rc, out = run([cfg["systemctl"], "is-active", "nvidia-fabricmanager"], 10)
+    if rc == 127:
+        report.warn("fabric manager", f"cannot ask systemd: {out.strip()}")
+        return
+    state = out.strip().splitlines()[0] if out.strip() else f"exit {rc}"
+    report.check(
+        "fabric manager",
+        [] if rc == 0 else [f"nvidia-fabricmanager is {state} on an NVSwitch system"],
+    )
+
+
+def rate_gbps(text: str) -> float:
+    m = re.match(r"\s*([\d.]+)", text)
+    return float(m.group(1)) if m else 0.0
+
+
+def rdma(cfg: dict[str, Any], report: Report) -> None:
+    ports = cfg["rdma_ports"]
+    if not ports:
+        return
+    problems = []
+    for name, want in sorted(ports.items()):
+        dev, _, port = name.partition("/")
+        base = os.path.join(cfg["sysfs_ib"], dev, "ports", port or "1")
+        try:
+            with open(os.path.join(base, "state"), encoding="utf-8") as fh:
+                state = fh.read().strip()
+            with open(os.path.join(base, "rate"), encoding="utf-8") as fh:
+                rate = fh.read().strip()
+        except OSError:
+            problems.append(f"{name} is missing")
+            continue
+        if not state.endswith("ACTIVE"):
+            problems.append(f"{name} is {state.split(':')[-1].strip()}")
+        elif rate_gbps(rate) < float(want):
+            problems.append(f"{name} runs at {rate}, {float(want):g} Gb/sec expected")
+    report.check("rdma", problems)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    cfg = dict(DEFAULTS)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            given = json.load(fh)
+        if not isinstance(given, dict):
+            raise ValueError("not a JSON object")
+        cfg.update(given)
+    return cfg
+
+
+def evaluate(cfg: dict[str, Any]) -> Report:
+    report = Report()
+    environment(cfg, report)
+    mpi_user(cfg, report)
+    disk(cfg, report)
+    load(cfg, report)
+    if gpus(cfg, report) or int(cfg["gpus"] or 0) > 0:
+        xids(cfg, report)
+        fabric_manager(cfg, report)
+    rdma(cfg, report)
+    return report
+
+
+def main(argv: list[str]) -> int:
+    path, as_json, ack = "/etc/mpictl/health.json", False, False
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == "--json":
+            as_json = True
+        elif arg == "--ack-xid":
+            ack = True
+        elif arg == "--config" and args:
+            path = args.pop(0)
+        else:
+            print(f"node_health: unknown argument {arg!r}", file=sys.stderr)
+            return 2
+    try:
+        cfg = load_config(path)
+    except (OSError, ValueError) as exc:
+        print(f"node_health: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    if ack:
+        return ack_xid(cfg)
+    report = evaluate(cfg)
+    if as_json:
+        print(json.dumps({"failed": report.failed, "warnings": report.warnings,
+                          "passed": report.passed}))  # fmt: skip
+    else:
+        for name, detail in report.failed:
+            print(f"{name}: {detail}")
+        for name, why in report.warnings:
+            print(f"warning: {name}: {why}")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
