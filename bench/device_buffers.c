@@ -22,6 +22,7 @@
  *          -L$CUDA_HOME/lib64 -lcudart -Wl,-rpath,$CUDA_HOME/lib64
  */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,13 +98,14 @@ static int sendrecv(float *buf, float *host, size_t bytes) {
     fill(host, count, 7.0f);
     CUDA(cudaMemcpy(buf, host, bytes, cudaMemcpyHostToDevice));
   } else {
-    CUDA(cudaMemset(buf, 0, bytes));
+    CUDA(cudaMemset(buf, 0, bytes)); /* what arrives is checked after the timed messages */
   }
+  /* a warm-up message, received before the clock starts, then the timed ones */
+  if (rank == 0) MPI_Send(buf, (int)count, MPI_FLOAT, 1, 0, MPI_COMM_WORLD);
+  else if (rank == 1) MPI_Recv(buf, (int)count, MPI_FLOAT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   MPI_Barrier(MPI_COMM_WORLD);
-  /* warm-up message, then the timed ones */
-  double start = 0;
-  for (int i = -1; i < iters; i++) {
-    if (i == 0) start = MPI_Wtime();
+  double start = MPI_Wtime();
+  for (int i = 0; i < iters; i++) {
     if (rank == 0) MPI_Send(buf, (int)count, MPI_FLOAT, 1, 0, MPI_COMM_WORLD);
     else if (rank == 1) MPI_Recv(buf, (int)count, MPI_FLOAT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   }
@@ -127,8 +129,9 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   size_t max_bytes = argc > 1 ? strtoull(argv[1], NULL, 10) : (size_t)256 << 20;
-  if (size < 2 || max_bytes < 8) {
-    if (rank == 0) fprintf(stderr, "device_buffers: needs 2 or more ranks and MAX_BYTES >= 8\n");
+  if (size < 2 || max_bytes < 8 || max_bytes / sizeof(float) > INT_MAX) {
+    if (rank == 0)
+      fprintf(stderr, "device_buffers: needs 2 or more ranks and 8 <= MAX_BYTES < 8 GiB\n");
     MPI_Finalize();
     return 2;
   }

@@ -95,8 +95,11 @@ bundle() {
   done
   ls "$carry/sources"
   if command -v apt-get >/dev/null; then
-    # shellcheck disable=SC2086 # the list is words
-    (cd "$carry/debs" && apt-get download $DEBS_DEFAULT) || echo "gpu_node.sh: apt-get download failed (add debs/ by hand)"
+    local deb
+    for deb in $DEBS_DEFAULT; do  # one at a time: a name this release lacks skips only itself
+      (cd "$carry/debs" && apt-get download "$deb") >/dev/null 2>&1 ||
+        echo "gpu_node.sh: apt-get download $deb failed (add its .deb by hand if the GPU machine lacks it)"
+    done
   fi
   du -sh "$carry"
   echo "bundle ready: $carry"
@@ -152,14 +155,15 @@ step machine machine || die "this machine lacks nvidia-smi, nvcc at $CUDA_HOME o
 
 # unpack_debs: each carried .deb the machine needs (see the header), unpacked into /.
 unpack_debs() {
-  local deb pkg libs missing so progs
+  local deb pkg libs missing so progs known
   known=$(PATH="$PATH:/sbin:/usr/sbin" ldconfig -p | awk '{print $1}')
   for deb in "$CARRY"/debs/*.deb; do
     pkg=$(dpkg-deb -f "$deb" Package)
-    case $pkg in
-      lib*[0-9] | lib*[0-9]t64)
-        libs=$(dpkg-deb -c "$deb" | awk '{ print ($(NF - 1) == "->") ? $(NF - 2) : $NF }' |
-          grep -E '/lib[^/]*\.so\.[0-9]+$' | xargs -r -n1 basename)
+    # a library package is one that ships shared libraries by soname (libpam0g, libnsl2, ...)
+    libs=$(dpkg-deb -c "$deb" | awk '{ print ($(NF - 1) == "->") ? $(NF - 2) : $NF }' |
+      grep -E '/lib[^/]*\.so\.[0-9]+$' | xargs -r -n1 basename)
+    case ${libs:+library} in
+      library)
         missing=
         for so in $libs; do
           printf '%s\n' "$known" | grep -qxF "$so" || missing="$missing $so"
@@ -173,7 +177,7 @@ unpack_debs() {
           grep -E '^\./(usr/)?s?bin/[^/]+$' | sed 's|^\.||')
         missing=
         for so in $progs; do [ -e "$so" ] || missing="$missing $so"; done
-        if [ -n "$progs" ] && [ -z "$missing" ] &&
+        if [ -z "$missing" ] &&
           [ "$(dpkg-query -W -f '${db:Status-Status}' "$pkg" 2>/dev/null)" = installed ]; then
           echo "kept the machine's own $pkg"; continue
         fi
@@ -424,8 +428,12 @@ build_times a
 step ompi-cuda bash -c '. /etc/environment; export PATH; command -v ompi_info; i=$(ompi_info --parsable --all) &&
   grep -E "mpi_built_with_cuda_support:value|mca:(coll|pml):(ucc|ucx):" <<<"$i" | grep -v ":param:" | sort -u | head -20;
   grep -q "mpi_built_with_cuda_support:value:true" <<<"$i" && grep -q "^mca:coll:ucc:" <<<"$i"'
-step ucx-info bash -c '. /etc/environment; export PATH; set -o pipefail; ucx_info -v && ucx_info -d | grep -E "Transport|Device" | tee /dev/stderr | grep -q cuda_ipc'
-step ucc-info bash -c '. /etc/environment; export PATH; set -o pipefail; ucc_info -v && ucc_info -c | grep -iE "TL_CUDA|EC_CUDA|MC_CUDA" | head -5'
+# shellcheck disable=SC2016 # expanded by the inner bash
+step ucx-info bash -c '. /etc/environment; export PATH; ucx_info -v && d=$(ucx_info -d) &&
+  grep -E "Transport|Device" <<<"$d" && grep -q "Transport: cuda_ipc" <<<"$d"'
+# shellcheck disable=SC2016 # expanded by the inner bash
+step ucc-info bash -c '. /etc/environment; export PATH; ucc_info -v && c=$(ucc_info -c) &&
+  grep -m5 -iE "TL_CUDA|EC_CUDA|MC_CUDA" <<<"$c"'
 
 step doctor "$MPICTL" doctor "${INV[@]}" --json
 # built as a user builds a program: the cluster's mpicc (on the PATH of /etc/environment)

@@ -68,11 +68,13 @@ GPU_FIELDS = (
     "retired_pages.pending,remapped_rows.pending,remapped_rows.failure"
 )
 # the kernel's XID line: "NVRM: Xid (PCI:0000:9b:00): 79, pid=..., GPU has fallen off the bus."
-XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?(.*)$")
+# (MIG adds the instance: "NVRM: Xid (PCI:0000:3b:00 GPU-I:05): 94, ...")
+XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)[^)]*\): (\d+),?(.*)$")
 # newer drivers also say it over three lines without an XID ("NVRM: The NVIDIA GPU 0000:b3:00.0",
 # "NVRM: (PCI ID: ...) installed in this system has", "NVRM: fallen off the bus and is not
 # responding to commands."): counted as XID 79
-OFF_BUS_GPU = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F:.]+)")
+# (and "NVRM: GPU 0000:1a:00.0: GPU has fallen off the bus." after an XID 79: the same event)
+OFF_BUS_GPU = re.compile(r"NVRM: (?:The NVIDIA )?GPU ([0-9a-fA-F]{4,8}:[0-9a-fA-F:.]+)")
 
 
 class Report:
@@ -242,50 +244,82 @@ def boot_id() -> str:
         return ""
 
 
+STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
+def stamped(lines: list[str]) -> list[tuple[float, str]]:
+    """(kernel timestamp, line) per line; a line without one (a message's continuation, as the
+    three-line "fallen off the bus") takes its predecessor's."""
+    out, last = [], 0.0
+    for line in lines:
+        m = STAMP.match(line)
+        last = float(m.group(1)) if m else last
+        out.append((last, line))
+    return out
+
+
+def xid_findings(lines: list[str], ignore: set[int]) -> list[tuple[str, str]]:
+    """(PCI address, failure line) per XID that is the node's (not in ``ignore``) in ``lines``;
+    a "fallen off the bus" message is XID 79 unless an XID 79 of the same GPU was already seen."""
+    out: list[tuple[str, str]] = []
+    for i, line in enumerate(lines):
+        m = XID.search(line)
+        if m:
+            if int(m.group(2)) not in ignore:
+                what = m.group(3).strip(" ,.") or "see the kernel log"
+                out.append((m.group(1), f"XID {m.group(2)} on PCI {m.group(1)}: {what}"))
+        elif "fallen off the bus" in line and 79 not in ignore:
+            found = [g.group(1) for g in map(OFF_BUS_GPU.search, lines[max(0, i - 3) : i + 1]) if g]
+            pci = found[-1] if found else "?"
+            said = [
+                a
+                for a, f in out
+                if f.startswith("XID 79 ") and (a.startswith(pci[:10]) or pci == "?")
+            ]
+            if not said:
+                out.append((pci, f"XID 79 on PCI {pci}: GPU has fallen off the bus"))
+    return out
+
+
 def xids(cfg: dict[str, Any], report: Report) -> None:
-    """New XID errors since the last look: the log position is kept per boot in the state file
-    (a reboot starts the kernel log again)."""
+    """New XID errors since the last look. The state file keeps, per boot, the kernel timestamp
+    read up to (the log is a ring that drops old lines: a line count would not do) and the XIDs
+    found, which stay failures until --ack-xid (after the repair) or a reboot."""
     lines, why = kernel_log(cfg)
     if why:
         report.warn("xid", why)
         return
     state = read_state(cfg["state"])
     boot = boot_id()
-    seen = int(state.get("xid_lines", 0)) if state.get("boot_id") == boot else 0
-    if seen > len(lines):  # the log was cleared or rotated: read it all
-        seen = 0
-    ignore = {int(x) for x in cfg["xid_ignore"]}
-    problems = []
-    new = lines[seen:]
-    for i, line in enumerate(new):
-        m = XID.search(line)
-        if m and int(m.group(2)) not in ignore:
-            what = m.group(3).strip(" ,.") or "see the kernel log"
-            problems.append(f"XID {m.group(2)} on PCI {m.group(1)}: {what}")
-        elif "fallen off the bus" in line and not m and 79 not in ignore:
-            gpu = next((g.group(1) for g in map(OFF_BUS_GPU.search, new[max(0, i - 3) : i + 1])
-                        if g), "?")  # fmt: skip
-            problems.append(f"XID 79 on PCI {gpu}: GPU has fallen off the bus")
-    # An XID stays a failure until it is acknowledged (--ack-xid, after the repair) or the node
-    # reboots: the position moves on by itself only past logs without one.
-    if not problems:
-        why = write_state(cfg["state"], {**state, "boot_id": boot, "xid_lines": len(lines)})
-        if why:
-            report.warn("xid", why)
-    report.check("xid", problems)
+    if state.get("boot_id") != boot:
+        state = {"boot_id": boot}
+    upto = float(state.get("xid_upto", -1.0))
+    rows = stamped(lines)
+    if rows and rows[-1][0] < upto:  # the timestamps went back (a log from elsewhere): all of it
+        upto = -1.0
+    new = [line for t, line in rows if t > upto]
+    found = [f for _, f in xid_findings(new, {int(x) for x in cfg["xid_ignore"]})]
+    kept = list(dict.fromkeys([*state.get("xids", []), *found]))
+    why = write_state(cfg["state"], {**state, "xid_upto": rows[-1][0] if rows else upto,
+                                     "xids": kept})  # fmt: skip
+    if why:
+        report.warn("xid", why)
+    report.check("xid", kept)
 
 
 def ack_xid(cfg: dict[str, Any]) -> int:
-    """--ack-xid: the XIDs in the kernel log so far are dealt with (the GPU was reset or
-    replaced); only later ones count."""
+    """--ack-xid: the XIDs found so far are dealt with (the GPU was reset or replaced); only
+    later ones count."""
     lines, why = kernel_log(cfg)
-    why = why or write_state(
-        cfg["state"], {**read_state(cfg["state"]), "boot_id": boot_id(), "xid_lines": len(lines)}
-    )
+    rows = stamped(lines)
+    state = read_state(cfg["state"])
+    if not why:
+        upto = rows[-1][0] if rows else float(state.get("xid_upto", -1.0))
+        why = write_state(cfg["state"], {"boot_id": boot_id(), "xid_upto": upto, "xids": []})
     if why:
         print(f"node_health: {why}", file=sys.stderr)
         return 1
-    print(f"node_health: XIDs up to kernel log line {len(lines)} acknowledged")
+    print(f"node_health: {len(state.get('xids', []))} XID failure(s) acknowledged")
     return 0
 
 

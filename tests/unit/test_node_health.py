@@ -193,7 +193,7 @@ def test_a_new_xid_fails_until_acknowledged_and_an_old_one_never_again(tmp_path:
     assert gpu_node(tmp_path)["failed"] == want  # XID 13 is the job's own
     assert gpu_node(tmp_path)["failed"] == want  # still, on the next look
     proc = health(tmp_path, "--ack-xid")
-    assert proc.returncode == 0 and "acknowledged" in proc.stdout
+    assert proc.returncode == 0 and proc.stdout == "node_health: 1 XID failure(s) acknowledged\n"
     assert gpu_node(tmp_path)["failed"] == []
     kmsg.write_text("\n".join([*BOOT, XID_13, XID_79, *OFF_BUS]) + "\n")
     assert gpu_node(tmp_path)["failed"] == [
@@ -201,10 +201,36 @@ def test_a_new_xid_fails_until_acknowledged_and_an_old_one_never_again(tmp_path:
     ]
 
 
-def test_a_cleared_kernel_log_is_read_again_from_its_start(tmp_path: Path) -> None:
-    (tmp_path / "kmsg").write_text("\n".join(BOOT * 5) + "\n")
-    gpu_node(tmp_path)
-    (tmp_path / "kmsg").write_text(XID_79 + "\n")  # shorter than the position: cleared
+def test_the_ring_dropping_old_lines_neither_hides_a_new_xid_nor_clears_an_old_one(
+    tmp_path: Path,
+) -> None:
+    # dmesg is a ring buffer: once full, old lines leave as new ones come (same line count)
+    ring = [f"[ {100 + i}.000000] eth0: link up" for i in range(6)]
+    (tmp_path / "kmsg").write_text("\n".join(ring) + "\n")
+    assert gpu_node(tmp_path)["failed"] == []
+    mig = "[ 200.500000] NVRM: Xid (PCI:0000:3b:00 GPU-I:05): 94, pid=77, Contained ECC error."
+    (tmp_path / "kmsg").write_text("\n".join([*ring[1:], mig]) + "\n")
+    want = [["xid", "XID 94 on PCI 0000:3b:00: pid=77, Contained ECC error"]]
+    assert gpu_node(tmp_path)["failed"] == want
+    # the XID's line leaves the ring: the failure stays until it is acknowledged
+    (tmp_path / "kmsg").write_text("\n".join(ring[:5] + ["[ 300.0] eth0: link up"]) + "\n")
+    assert gpu_node(tmp_path)["failed"] == want
+    assert health(tmp_path, "--ack-xid").stdout.startswith("node_health: 1 XID failure(s)")
+    assert gpu_node(tmp_path)["failed"] == []
+
+
+def test_one_fallen_gpu_is_one_failure(tmp_path: Path) -> None:
+    # drivers follow the XID 79 line with their own sentence about the same GPU
+    (tmp_path / "kmsg").write_text(
+        XID_79 + "\n[ 5021.118500] NVRM: GPU 0000:1a:00.0: GPU has fallen off the bus.\n"
+    )
+    assert [c for c, _ in gpu_node(tmp_path)["failed"]] == ["xid"]
+
+
+def test_a_log_whose_timestamps_went_back_is_read_whole(tmp_path: Path) -> None:
+    (tmp_path / "kmsg").write_text("[ 9000.000000] eth0: link up\n")
+    assert gpu_node(tmp_path)["failed"] == []
+    (tmp_path / "kmsg").write_text(XID_79 + "\n")  # 5021 s: before the position
     assert gpu_node(tmp_path)["failed"][0][0] == "xid"
 
 
