@@ -33,6 +33,10 @@ IT_PORT_BASE = 2211
 TEST_VARS: dict[str, Any] = {
     "nccl_cuda_archs": ["90"],
     "nccl_make_args": ["ONLY_FUNCS=AllReduce Sum f32 * *|SendRecv"],
+    # Slurm's node health checks off: tests that break a node on purpose (partial failures,
+    # slurmd stopped) must not see it drained by a check in between; test_slurm.py turns them on
+    # for its own health test.
+    "slurm_health_check_interval": 0,
 }
 
 
