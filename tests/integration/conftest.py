@@ -24,9 +24,10 @@ from mpictl import paths, provision, runner
 from tests.integration import stub_libcuda
 from tests.integration.nodes import ROOT, clone_sandbox_inventory
 
-IT_NAME = "mpictl-it"
-IT_SUBNET = "10.89.41.0/24"
-IT_PORT_BASE = 2211
+# (MPICTL_IT_NAME, _SUBNET, _PORT_BASE move it: a second suite beside a running one)
+IT_NAME = os.environ.get("MPICTL_IT_NAME", "mpictl-it")
+IT_SUBNET = os.environ.get("MPICTL_IT_SUBNET", "10.89.41.0/24")
+IT_PORT_BASE = int(os.environ.get("MPICTL_IT_PORT_BASE", "2211"))
 
 # Variables every integration provision passes on top of the fetched sources: a small NCCL
 # kernel subset so the NCCL build fits a 2-core CI machine (full build is the product default).
