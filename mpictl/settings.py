@@ -30,6 +30,7 @@ KEYS = {
     "hostfile": "mpi_hostfile_path",
     "tools_dir": "mpi_tools_dir",
     "bin_dir": "mpi_bin_dir",
+    "health_program": "mpi_health_program",
 }
 
 
@@ -40,6 +41,7 @@ class ClusterSettings:
     hostfile: str  # the hostfile the hostfile role renders
     tools_dir: str  # the smoke and bench programs (mpi_jobs role)
     bin_dir: str  # the torch environment wrapper (mpi_jobs role)
+    health_program: str  # the node health program (health role; Slurm runs <it>-slurm)
     # The interpreter Horovod was built into when it is not the cluster venv's (the horovod
     # role's horovod_python; "" = the cluster venv).
     horovod_python: str = ""

@@ -23,6 +23,7 @@ from typing import Any
 
 from mpictl import network, programs, remote, transport
 from mpictl import settings as cluster_settings
+from mpictl.doctor import health as health_checks
 from mpictl.doctor import rdma as rdma_checks
 from mpictl.doctor import slurm as slurm_checks
 from mpictl.doctor.nodes import build_checks, env_checks, ssh_checks
@@ -85,6 +86,7 @@ def evaluate(
     inventory_slots: Mapping[str, int] | None = None,
     settings: ClusterSettings | None = None,
     slurm: Mapping[str, Any] | None = None,
+    health: Mapping[str, Any] | None = None,
 ) -> DoctorReport:
     """Checks from the probe outputs (node name -> output of the PROBE program)."""
     settings = settings or cluster_settings.for_cluster(cluster)
@@ -101,6 +103,8 @@ def evaluate(
         checks += rdma_checks.device_checks(data, chosen, provision)
     if slurm is not None:  # the head's Slurm answers: Slurm is enabled on this cluster
         checks += slurm_checks.checks(cluster, data, slurm, provision)
+    if health is not None:  # the health program's answers, as root (None: not asked)
+        checks += health_checks.checks(cluster, health, settings, provision)
     return DoctorReport(checks)
 
 
@@ -127,4 +131,5 @@ def run_doctor(cluster: Cluster) -> DoctorReport:
     if slurm_checks.enabled(cluster):
         _, data = ssh_checks(cluster, probes, "")
         slurm = slurm_checks.ask_head(head, cluster, data)
-    return evaluate(cluster, probes, settings=settings, slurm=slurm)
+    health = health_checks.collect(cluster, settings) if health_checks.enabled(cluster) else None
+    return evaluate(cluster, probes, settings=settings, slurm=slurm, health=health)

@@ -56,6 +56,7 @@ def node_checks(
 ) -> list[Check]:
     out = []
     states = result.get("sinfo") or {}
+    reasons = result.get("reasons") or {}
     munge = result.get("munge") or {}
     for node in cluster.nodes:
         probe = (data.get(node.name) or {}).get("slurm")
@@ -85,16 +86,26 @@ def node_checks(
         )
         state = states.get(node.name)
         ok = state is not None and state.rstrip("*~#!%$@^-") in USABLE and "*" not in state
+        reason = reasons.get(node.name, "")
+        if ok:
+            fix = ""
+        elif reason.startswith(HEALTH_MARK):
+            # drained by the node health program: it resumes the node once the checks pass
+            fix = "repair what the reason names: the next health check resumes the node"
+        else:
+            fix = (
+                f"start slurmd there: {_fix(provision)}; then "
+                f"`scontrol update nodename={node.name} state=resume` if it stays down"
+            )
         out.append(
             Check(
                 "slurm node state",
                 node.name,
                 ok,
-                f"sinfo: {state}" if state else "not registered with slurmctld (absent from sinfo)",
-                ""
-                if ok
-                else f"start slurmd there: {_fix(provision)}; then "
-                f"`scontrol update nodename={node.name} state=resume` if it stays down",
+                (f"sinfo: {state}" + (f" ({reason})" if reason else ""))
+                if state
+                else "not registered with slurmctld (absent from sinfo)",
+                fix,
             )
         )
     return out
@@ -124,6 +135,10 @@ def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) 
             "" if "pmix" in plugins else f"install libpmix2 and libpmix-dev: {_fix(provision)}",
         ),
     ]
+
+
+#: the start of every reason the node health program gives Slurm (mpictl/scripts/node_health.py)
+HEALTH_MARK = "mpictl-health:"
 
 
 def checks(

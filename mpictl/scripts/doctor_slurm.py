@@ -30,14 +30,19 @@ def last(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def sinfo() -> dict[str, str]:
-    """node -> its state (``idle``, ``mixed``, ``down*``, ...)."""
-    rc, out, _ = run(["sinfo", "-N", "-h", "-o", "%N %T"], timeout=30)
+def sinfo() -> tuple[dict[str, str], dict[str, str]]:
+    """node -> its state (``idle``, ``mixed``, ``down*``, ``drained``, ...), and node -> the
+    reason Slurm holds for a drained or down node (``none`` dropped)."""
+    rc, out, _ = run(["sinfo", "-N", "-h", "-o", "%N|%T|%E"], timeout=30)
     states: dict[str, str] = {}
+    reasons: dict[str, str] = {}
     for line in out.splitlines() if rc == 0 else []:
-        name, _, state = line.partition(" ")
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
         states.setdefault(name, state.strip())
-    return states
+        if reason.strip() and reason.strip() != "none":
+            reasons.setdefault(name, reason.strip())
+    return states, reasons
 
 
 def srun_hostnames(nodes: list[str]) -> dict[str, Any]:
@@ -68,8 +73,10 @@ def decode(credentials: dict[str, str]) -> dict[str, str]:
 
 def main(spec: dict[str, Any]) -> dict[str, Any]:
     nodes = list(spec["nodes"])
+    states, reasons = sinfo()
     return {
-        "sinfo": sinfo(),
+        "sinfo": states,
+        "reasons": reasons,
         "srun": srun_hostnames(nodes),
         "mpi": mpi_plugins(),
         "munge": decode(spec.get("credentials") or {}),

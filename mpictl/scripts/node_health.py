@@ -5,10 +5,13 @@ Runs on one node as root (Slurm's HealthCheckProgram runs it so; doctor runs it 
 reads only, apart from its own small state file (the kernel log position already looked at, so
 that only new XID errors count), and answers fast: every command has a timeout.
 
-Usage: node_health.py [--config FILE] [--json | --ack-xid]
+Usage: node_health.py [--config FILE] [--json | --ack-xid | --slurm]
   FILE (default /etc/mpictl/health.json) is JSON, every key optional:
     "mpirun", "venv_python", "hostfile"   paths the cluster environment needs ("" skips)
-    "mpi_user", "ssh_files"               the MPI user and the SSH files it needs
+    "environment_file", "programs"        programs that must be on that file's PATH (the
+                                          PATH every rank gets: /etc/environment)
+    "mpi_user", "ssh_files"               the MPI user and the SSH files it needs ("~/" is in
+                                          its home)
     "disk_min_free_mib"                   {path: MiB}: free space each path needs
     "max_load_per_cpu"                    15-minute load average per CPU above which load is stuck
     "gpus"                                GPUs the node must show (0: no GPU checks)
@@ -23,6 +26,9 @@ Usage: node_health.py [--config FILE] [--json | --ack-xid]
 Prints one line per failed check, "CHECK: what is wrong", and one per check that could not read
 its source, "warning: CHECK: why" (a check never passes silently). --json prints
 {"failed": [[check, detail]...], "warnings": [...], "passed": [checks]} instead.
+--slurm (Slurm's HealthCheckProgram, which ignores exit codes): drains the node ("slurm_node",
+default the short host name) with "mpictl-health: CHECK: what" as its reason, and resumes it when
+the checks pass again, but only a drain it set itself: an operator's drain is left alone.
 A new XID error keeps failing until `--ack-xid` (after the GPU is reset or replaced) or a reboot.
 Exit 0: healthy (warnings allowed); 1: a check failed; 2: the config cannot be read.
 Standard library only.
@@ -44,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
     "mpirun": "",
     "venv_python": "",
     "hostfile": "",
+    "environment_file": "",
+    "programs": [],
     "mpi_user": "",
     "ssh_files": [],
     "disk_min_free_mib": {"/": 1024, "/tmp": 512},
@@ -62,7 +70,12 @@ DEFAULTS: dict[str, Any] = {
     "sysfs_ib": "/sys/class/infiniband",
     "nvswitch_glob": "/dev/nvidia-nvswitch*",
     "systemctl": "systemctl",
+    "slurm_node": "",
+    "scontrol": "scontrol",
 }
+#: the start of every Reason this program gives Slurm: a drain it did not set (an operator's) is
+#: never resumed, and never overwritten
+MARK = "mpictl-health:"
 GPU_FIELDS = (
     "index,pci.bus_id,driver_version,ecc.errors.uncorrected.volatile.total,"
     "retired_pages.pending,remapped_rows.pending,remapped_rows.failure"
@@ -111,18 +124,41 @@ def environment(cfg: dict[str, Any], report: Report) -> None:
             problems.append(f"{what} {path} is missing")
     if cfg["hostfile"] and not os.path.isfile(cfg["hostfile"]):
         problems.append(f"the hostfile {cfg['hostfile']} is missing")
+    if cfg["programs"]:
+        path, why = env_path(cfg["environment_file"])
+        if why:
+            problems.append(why)
+        for prog in cfg["programs"]:
+            if path and not any(os.access(os.path.join(d, prog), os.X_OK) for d in path):
+                problems.append(f"{prog} is not on the PATH of {cfg['environment_file']}")
     report.check("environment", problems)
+
+
+def env_path(path: str) -> tuple[list[str], str]:
+    """The PATH directories of an environment file (/etc/environment: what every SSH session and
+    so every rank gets), or [] and why not."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.strip().partition("=")
+                if key.strip() == "PATH":
+                    return [d for d in value.strip().strip("'\"").split(":") if d], ""
+    except OSError as exc:
+        return [], f"{path} cannot be read: {exc.strerror}"
+    return [], f"{path} sets no PATH"
 
 
 def mpi_user(cfg: dict[str, Any], report: Report) -> None:
     if not cfg["mpi_user"]:
         return
     try:
-        pwd.getpwnam(cfg["mpi_user"])
+        home = pwd.getpwnam(cfg["mpi_user"]).pw_dir
     except KeyError:
         report.check("mpi user", [f"no user {cfg['mpi_user']}"])
         return
-    missing = [p for p in cfg["ssh_files"] if not os.path.isfile(p)]
+    # "~/..." is in the MPI user's home
+    files = [home + p[1:] if p.startswith("~/") else p for p in cfg["ssh_files"]]
+    missing = [p for p in files if not os.path.isfile(p)]
     report.check("mpi user", [f"{cfg['mpi_user']}'s {p} is missing" for p in missing])
 
 
@@ -367,6 +403,51 @@ def rdma(cfg: dict[str, Any], report: Report) -> None:
     report.check("rdma", problems)
 
 
+def slurm_node_state(cfg: dict[str, Any], node: str) -> tuple[str, str, str]:
+    """(State, Reason, '') of ``node`` as ``scontrol show node -o`` says, or ('', '', why)."""
+    rc, out = run([cfg["scontrol"], "show", "node", node, "-o"], 30)
+    if rc != 0:
+        return "", "", f"scontrol show node {node} failed: {(out.strip().splitlines() or [''])[0]}"
+    state = re.search(r"(?:^|\s)State=(\S+)", out)
+    # Reason= runs to the end of the line, or to the next " Key=" of the one-line form
+    reason = re.search(r"(?:^|\s)Reason=(.*?)(?=\s[A-Z][A-Za-z]+=|$)", out.strip())
+    return (state.group(1) if state else ""), (reason.group(1) if reason else ""), ""
+
+
+def slurm(cfg: dict[str, Any], report: Report) -> int:
+    """--slurm (Slurm's HealthCheckProgram): drain this node with the first failure as its
+    reason; resume it when the checks pass again, but only from a drain of its own (MARK)."""
+    node = cfg["slurm_node"] or os.uname().nodename.split(".")[0]
+    state, reason, why = slurm_node_state(cfg, node)
+    if why:
+        print(f"node_health: {why}", file=sys.stderr)
+        return 1
+    ours = reason.startswith(MARK)
+    drained = "DRAIN" in state
+    if report.failed:
+        name, detail = report.failed[0]
+        more = f" (+{len(report.failed) - 1} more)" if len(report.failed) > 1 else ""
+        text = f"{MARK} {name}: {detail}{more}".replace('"', "'")[:250]
+        if drained and not ours:
+            print(f"node_health: {node} is drained by someone else ({reason}); left as it is")
+            return 0
+        if drained and reason.split(" [")[0] == text:
+            return 0
+        cmd = [cfg["scontrol"], "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"]
+        action = f"drained {node}: {text}"
+    elif drained and ours:
+        cmd = [cfg["scontrol"], "update", f"NodeName={node}", "State=RESUME"]
+        action = f"resumed {node} (was: {reason})"
+    else:
+        return 0
+    rc, out = run(cmd, 30)
+    if rc != 0:
+        print(f"node_health: {' '.join(cmd[1:])} failed: {out.strip()}", file=sys.stderr)
+        return 1
+    print(f"node_health: {action}")
+    return 0
+
+
 def load_config(path: str) -> dict[str, Any]:
     cfg = dict(DEFAULTS)
     if os.path.exists(path):
@@ -392,7 +473,7 @@ def evaluate(cfg: dict[str, Any]) -> Report:
 
 
 def main(argv: list[str]) -> int:
-    path, as_json, ack = "/etc/mpictl/health.json", False, False
+    path, as_json, ack, in_slurm = "/etc/mpictl/health.json", False, False, False
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -400,6 +481,8 @@ def main(argv: list[str]) -> int:
             as_json = True
         elif arg == "--ack-xid":
             ack = True
+        elif arg == "--slurm":
+            in_slurm = True
         elif arg == "--config" and args:
             path = args.pop(0)
         else:
@@ -413,6 +496,8 @@ def main(argv: list[str]) -> int:
     if ack:
         return ack_xid(cfg)
     report = evaluate(cfg)
+    if in_slurm:
+        return slurm(cfg, report)
     if as_json:
         print(json.dumps({"failed": report.failed, "warnings": report.warnings,
                           "passed": report.passed}))  # fmt: skip

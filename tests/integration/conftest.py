@@ -24,15 +24,20 @@ from mpictl import paths, provision, runner
 from tests.integration import stub_libcuda
 from tests.integration.nodes import ROOT, clone_sandbox_inventory
 
-IT_NAME = "mpictl-it"
-IT_SUBNET = "10.89.41.0/24"
-IT_PORT_BASE = 2211
+# (MPICTL_IT_NAME, _SUBNET, _PORT_BASE move it: a second suite beside a running one)
+IT_NAME = os.environ.get("MPICTL_IT_NAME", "mpictl-it")
+IT_SUBNET = os.environ.get("MPICTL_IT_SUBNET", "10.89.41.0/24")
+IT_PORT_BASE = int(os.environ.get("MPICTL_IT_PORT_BASE", "2211"))
 
 # Variables every integration provision passes on top of the fetched sources: a small NCCL
 # kernel subset so the NCCL build fits a 2-core CI machine (full build is the product default).
 TEST_VARS: dict[str, Any] = {
     "nccl_cuda_archs": ["90"],
     "nccl_make_args": ["ONLY_FUNCS=AllReduce Sum f32 * *|SendRecv"],
+    # Slurm's node health checks off: tests that break a node on purpose (partial failures,
+    # slurmd stopped) must not see it drained by a check in between; test_slurm.py turns them on
+    # for its own health test.
+    "slurm_health_check_interval": 0,
 }
 
 

@@ -52,6 +52,11 @@ def field(name: str, index: int, config: dict, units: bool) -> str | None:
         "driver_version": "580.65.06",
         "memory.total": f"{mib} MiB" if units else str(mib),
         "count": str(config.get("gpus", 0)),
+        # the node health program's (mpictl/scripts/node_health.py): a healthy GPU
+        "ecc.errors.uncorrected.volatile.total": "0",
+        "retired_pages.pending": "No",
+        "remapped_rows.pending": "No",
+        "remapped_rows.failure": "No",
     }
     return values.get(name)
 

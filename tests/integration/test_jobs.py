@@ -122,6 +122,10 @@ def test_doctor_passes_on_the_healthy_cluster(inventory: Path, cluster: Cluster)
     checks = {c["check"] for c in report["checks"]}
     assert {"ssh from head", "non-interactive env", "openmpi version", "common network"} <= checks
     assert {"tcp reachability", "slots"} <= checks
+    # the node health program, run as root on every node (issue 27)
+    health = [c for c in report["checks"] if c["check"] == "node health"]
+    assert sorted(c["node"] for c in health) == sorted(cluster.names), health
+    assert all(c["detail"].startswith("healthy") for c in health), health
     # Every build-once component's fingerprint is compared across the nodes.
     fingerprints = {c["check"] for c in report["checks"] if c["check"].startswith("fingerprint ")}
     components = {"/opt/openmpi/", "/opt/mpictl/venv/"}

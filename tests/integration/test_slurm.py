@@ -213,3 +213,63 @@ def test_launcher_slurm_on_a_cluster_without_slurm_and_an_unknown_launcher(
         assert "slurm_enabled: true" in proc.stderr
     finally:
         assert ssh(head, back).returncode == 0
+
+
+def wait_for(what: str, probe: Any, timeout: float = 90, every: float = 3) -> Any:
+    """Call ``probe`` until it returns something true; the last value (or fail naming ``what``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got or time.monotonic() > deadline:
+            assert got, f"{what}: not within {timeout:g} s"
+            return got
+        time.sleep(every)
+
+
+def node_line(cluster: Cluster, name: str) -> str:
+    """sinfo's state and reason of one node: 'STATE REASON'."""
+    proc = ssh_mpi(cluster.head, f"sinfo -N -h -n {name} -o '%T %E'")
+    return proc.stdout.strip()
+
+
+def test_a_node_failing_its_health_check_is_drained_with_the_check_and_resumed(
+    cluster: Cluster, source_vars: dict[str, Any]
+) -> None:
+    # issue 27: Slurm runs the health program every 10 s here (300 s by default)
+    node2, node3 = cluster.nodes[1], cluster.nodes[2]
+    fast = {**source_vars, "slurm_health_check_interval": 10}
+    on = provision_run(cluster.source, fast, tags="health,slurm")
+    assert on.ok, on.stats
+    hostfile = "/etc/mpictl/hostfile"
+    try:
+        assert ssh(node2, f"mv {hostfile} {hostfile}.away").returncode == 0
+        line = wait_for(
+            "node2 drained",
+            lambda: (lambda s: s if s.startswith("drain") else "")(node_line(cluster, node2.name)),
+        )
+        assert line.split(" ", 1)[1] == (
+            f"mpictl-health: environment: the hostfile {hostfile} is missing"
+        ), line
+        # a job pinned to the drained node waits, and says why
+        sub = ssh_mpi(cluster.head, f"sbatch --parsable -w {node2.name} --wrap true")
+        assert sub.returncode == 0, sub.stderr
+        slurm_id = sub.stdout.strip().split(";")[0]
+        time.sleep(3)
+        queued = ssh_mpi(cluster.head, f"squeue -h -j {slurm_id} -o '%T %r'").stdout.split()
+        assert queued[0] == "PENDING" and "ReqNodeNotAvail" in queued[1], queued
+        ssh_mpi(cluster.head, f"scancel {slurm_id}")
+        # repaired: resumed by the next check
+        assert ssh(node2, f"mv {hostfile}.away {hostfile}").returncode == 0
+        wait_for("node2 resumed", lambda: node_line(cluster, node2.name).startswith("idle"))
+        # a drain an operator set is never resumed by the checks (which pass on node3)
+        reason = "operator: new DIMM on Friday"
+        drain = f"scontrol update NodeName={node3.name} State=DRAIN Reason='{reason}'"
+        assert ssh(node3, drain).returncode == 0
+        time.sleep(25)  # two intervals and more
+        assert node_line(cluster, node3.name) == f"drained {reason}"
+    finally:
+        ssh(node2, f"test -e {hostfile} || mv {hostfile}.away {hostfile}")
+        ssh(node3, f"scontrol update NodeName={node3.name} State=RESUME")
+        off = provision_run(cluster.source, source_vars, tags="health,slurm")
+        assert off.ok, off.stats
+    assert node_line(cluster, node3.name).startswith("idle")

@@ -66,3 +66,24 @@ def test_enabled_reads_the_heads_variable() -> None:
     assert slurm.enabled(c) is False
     c.head.vars["slurm_enabled"] = "true"
     assert slurm.enabled(c) is True
+
+
+def test_a_drained_node_shows_its_reason_and_who_resumes_it() -> None:
+    data, result = healthy()
+    result["sinfo"].update(node2="drained", node3="drained")
+    result["reasons"] = {"node2": "mpictl-health: disk: /tmp has 3 MiB free, below 512 MiB",
+                         "node3": "operator: new DIMM"}  # fmt: skip
+    checks = {c.node: c for c in slurm.checks(three(), data, result, PROVISION)
+              if c.check == "slurm node state"}  # fmt: skip
+    assert checks["node1"].ok and checks["node1"].detail == "sinfo: idle"
+    assert not checks["node2"].ok
+    assert (
+        checks["node2"].detail
+        == "sinfo: drained (mpictl-health: disk: /tmp has 3 MiB free, below 512 MiB)"
+    )
+    assert (
+        checks["node2"].fix
+        == "repair what the reason names: the next health check resumes the node"
+    )
+    assert checks["node3"].detail == "sinfo: drained (operator: new DIMM)"
+    assert "state=resume" in checks["node3"].fix

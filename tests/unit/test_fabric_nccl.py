@@ -25,7 +25,7 @@ from mpictl.settings import ClusterSettings
 from tests.unit.jobside import cluster, facts, node
 
 NCCL_TABLE = Path(__file__).parent / "data" / "nccl_tests" / "all_reduce_perf_tagged.log"
-SETTINGS = ClusterSettings("mpi", "/opt/mpictl/venv", "/etc/mpictl/hostfile", "/t", "/b")
+SETTINGS = ClusterSettings("mpi", "/opt/mpictl/venv", "/etc/mpictl/hostfile", "/t", "/b", "/h")
 
 
 def ib_lines(rails: int, down: tuple[int, ...] = (), rate: str = "400 Gb/sec (4X NDR)") -> str:

@@ -93,6 +93,30 @@ def test_a_removed_hostfile_and_a_missing_ssh_key_are_named(tmp_path: Path) -> N
     ]
 
 
+def test_mpirun_must_be_on_the_path_every_rank_gets(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "environment").write_text(f'PATH="/usr/bin:{tmp_path}/bin"\nLANG=C\n')
+    cfg = {"environment_file": str(tmp_path / "environment"), "programs": ["mpirun"],
+           "max_load_per_cpu": 1000}  # fmt: skip
+    got = as_json(tmp_path, **cfg)
+    assert got["failed"] == [
+        ["environment", f"mpirun is not on the PATH of {tmp_path}/environment"]
+    ]
+    (tmp_path / "bin" / "mpirun").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "mpirun").chmod(0o755)
+    assert as_json(tmp_path, **cfg)["failed"] == []
+    cfg["environment_file"] = str(tmp_path / "none")
+    assert as_json(tmp_path, **cfg)["failed"][0][1].endswith(
+        "none cannot be read: No such file or directory"
+    )
+
+
+def test_ssh_files_are_looked_for_in_the_mpi_users_home(tmp_path: Path) -> None:
+    home = Path(os.path.expanduser("~root"))
+    got = as_json(tmp_path, mpi_user="root", ssh_files=["~/.no-such-file"], max_load_per_cpu=1000)
+    assert got["failed"] == [["mpi user", f"root's {home}/.no-such-file is missing"]]
+
+
 def test_an_unknown_mpi_user_fails(tmp_path: Path) -> None:
     got = as_json(tmp_path, mpi_user="no-such-user-here", max_load_per_cpu=1000)
     assert got["failed"] == [["mpi user", "no user no-such-user-here"]]
@@ -322,3 +346,77 @@ def test_a_config_that_cannot_be_read_is_exit_2_with_one_line(tmp_path: Path, te
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"node_health: cannot read {tmp_path}/bad.json: ")
     assert len(proc.stderr.splitlines()) == 1
+
+
+# --- Slurm's HealthCheckProgram: drain and resume -----------------------------------------------
+
+
+def scontrol(tmp: Path, state: str, reason: str = "", rc: int = 0) -> str:
+    """A scontrol that answers `show node` in its one-line form and logs every call."""
+    line = (f"NodeName=node2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State={state} "
+            f"ThreadsPerCore=1 Partitions=main")  # fmt: skip
+    if reason:
+        line += f" Reason={reason} [root@2026-11-26T08:10:00]"
+    path = tmp / "scontrol"
+    path.write_text(
+        f'#!/bin/sh\necho "$*" >> "{tmp}/scontrol.log"\n'
+        f'if [ "$1" = show ]; then echo "{line}"; exit {rc}; fi\nexit 0\n'
+    )
+    path.chmod(0o755)
+    (tmp / "scontrol.log").unlink(missing_ok=True)
+    return str(path)
+
+
+def updates(tmp: Path) -> list[str]:
+    log = tmp / "scontrol.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [line for line in lines if line.startswith("update")]
+
+
+def slurm_run(tmp: Path, stub: str, **cfg: object) -> subprocess.CompletedProcess[str]:
+    return health(tmp, "--slurm", slurm_node="node2", scontrol=stub, max_load_per_cpu=1000, **cfg)
+
+
+def test_a_failing_node_is_drained_with_the_check_as_reason(tmp_path: Path) -> None:
+    stub = scontrol(tmp_path, "IDLE")
+    proc = slurm_run(tmp_path, stub, hostfile=str(tmp_path / "gone"))
+    assert proc.returncode == 0, proc.stderr
+    reason = f"mpictl-health: environment: the hostfile {tmp_path}/gone is missing"
+    assert updates(tmp_path) == [f"update NodeName=node2 State=DRAIN Reason={reason}"]
+    assert proc.stdout == f"node_health: drained node2: {reason}\n"
+    # the next look finds it drained for that same reason: nothing to do
+    stub = scontrol(tmp_path, "IDLE+DRAIN", reason)
+    slurm_run(tmp_path, stub, hostfile=str(tmp_path / "gone"))
+    assert updates(tmp_path) == []
+
+
+def test_a_repaired_node_is_resumed_but_never_an_operators_drain(tmp_path: Path) -> None:
+    stub = scontrol(tmp_path, "IDLE+DRAIN", "mpictl-health: disk: /tmp has 3 MiB free")
+    proc = slurm_run(tmp_path, stub)
+    assert updates(tmp_path) == ["update NodeName=node2 State=RESUME"]
+    assert proc.stdout.startswith("node_health: resumed node2 (was: mpictl-health: disk:")
+    # drained by hand: left drained, whether the checks pass or fail
+    stub = scontrol(tmp_path, "IDLE+DRAIN", "bad DIMM, ticket 4711")
+    slurm_run(tmp_path, stub)
+    assert updates(tmp_path) == []
+    proc = slurm_run(tmp_path, stub, hostfile=str(tmp_path / "gone"))
+    assert updates(tmp_path) == []
+    assert "drained by someone else (bad DIMM, ticket 4711" in proc.stdout
+
+
+def test_a_healthy_node_in_service_is_left_alone(tmp_path: Path) -> None:
+    slurm_run(tmp_path, scontrol(tmp_path, "MIXED"))
+    assert updates(tmp_path) == []
+
+
+def test_several_failures_give_the_first_and_a_count(tmp_path: Path) -> None:
+    stub = scontrol(tmp_path, "ALLOCATED")
+    slurm_run(tmp_path, stub, hostfile=str(tmp_path / "gone"), mpi_user="no-such-user-here")
+    (update,) = updates(tmp_path)
+    assert update.endswith("the hostfile " + str(tmp_path) + "/gone is missing (+1 more)")
+
+
+def test_a_slurm_that_does_not_answer_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    proc = slurm_run(tmp_path, scontrol(tmp_path, "IDLE", rc=1), hostfile=str(tmp_path / "gone"))
+    assert proc.returncode == 1 and updates(tmp_path) == []
+    assert proc.stderr.startswith("node_health: scontrol show node node2 failed")

@@ -25,6 +25,7 @@ COMPONENTS = [
     "nccl_tests",
     "horovod",
     "jobs",
+    "health",
     "slurm",
 ]
 

@@ -216,7 +216,8 @@ def test_templates_start_with_ansible_managed(role: Path) -> None:
 # --- values several roles share: roles/cluster_defaults ------------------------------------------
 
 # The names the mpictl CLI reads (head's inventory variables, else cluster_defaults' file).
-SHARED_NAMES = {"mpi_user", "mpi_cluster_venv", "mpi_hostfile_path", "mpi_tools_dir", "mpi_bin_dir"}
+SHARED_NAMES = {"mpi_user", "mpi_cluster_venv", "mpi_hostfile_path", "mpi_tools_dir", "mpi_bin_dir",
+                "mpi_health_program"}  # fmt: skip
 
 
 def shared_defaults() -> dict[str, Any]:
@@ -359,6 +360,7 @@ ROLE_OF_PLAYBOOK = {
     "nccl_tests": "nccl_tests",
     "horovod": "horovod",
     "jobs": "mpi_jobs",
+    "health": "health",
     "slurm": "slurm",
 }
 VALIDATE = "ansible.builtin.validate_argument_spec"

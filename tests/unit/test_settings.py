@@ -49,6 +49,7 @@ def test_the_head_variables_win_and_are_templated() -> None:
         hostfile="/etc/cluster/hosts",
         tools_dir="/srv/tools",
         bin_dir="/srv/bin",
+        health_program="/opt/mpictl/sbin/mpictl-health",
     )
     assert s.torch_env == "/srv/bin/mpictl-torch-env"
     assert s.tool("smoke_mpi.py") == "/srv/tools/smoke_mpi.py"
