@@ -159,8 +159,8 @@ def test_unknown_tags_are_refused_naming_the_valid_ones(
     assert_one_line_error(proc, fragment, "(valid: ")
     if "--playbook" not in args:
         assert (
-            "environment, health, horovod, hostfile, jobs, mpi4py, nccl, nccl_tests, openmpi, slurm,"
-            " ssh, ucc, ucx)" in proc.stderr
+            "environment, health, horovod, hostfile, jobs, mpi4py, nccl, nccl_tests, openmpi,"
+            " slurm, ssh, ucc, ucx)" in proc.stderr
         )
     assert not (isolated_state / "runs").exists()
 
