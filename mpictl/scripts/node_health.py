@@ -55,7 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "mpi_user": "",
     "ssh_files": [],
     "disk_min_free_mib": {"/": 1024, "/tmp": 512},
-    "max_load_per_cpu": 4.0,
+    "max_load_per_cpu": 8.0,
     "gpus": 0,
     "driver": "",
     "nvidia_smi_timeout": 20,
