@@ -183,6 +183,14 @@ class Cluster:
         return sum(slots for _, slots in self.require_slots())
 
 
+def flag(value: Any) -> bool:
+    """An inventory variable read as Ansible's ``bool`` filter reads it (what the roles' ``when:
+    x | bool`` decide): true, yes, on, 1 (any case) and True are true, everything else false."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return value is True or value == 1
+
+
 def check_extravars(extravars: Mapping[str, Any]) -> dict[str, Any]:
     """The ``-e`` variables, each name a variable name, none of :data:`NOT_FROM_EXTRA_VARS` and
     no other ``ansible_*`` than :data:`FROM_EXTRA_VARS`; their values are checked with the

@@ -13,7 +13,7 @@ from typing import Any
 
 from mpictl import runner
 from mpictl.doctor.report import Check
-from mpictl.inventory import Cluster
+from mpictl.inventory import Cluster, flag
 from mpictl.settings import ClusterSettings
 
 CHECK = "node health"
@@ -23,7 +23,7 @@ ACK = "repair it; after a GPU reset or replacement, run `{program} --ack-xid` on
 
 def enabled(cluster: Cluster) -> bool:
     """The health role installs the program (``health_enabled``, true unless the head says no)."""
-    return str(cluster.head.vars.get("health_enabled", True)).lower() not in ("false", "no", "0")
+    return flag((cluster.head.vars or {}).get("health_enabled", True))
 
 
 def collect(cluster: Cluster, settings: ClusterSettings) -> dict[str, Any]:

@@ -13,18 +13,19 @@ from typing import Any
 
 from mpictl import programs, remote
 from mpictl.doctor.report import Check
-from mpictl.inventory import Cluster
+from mpictl.inventory import Cluster, flag
 
 HEAD_PROGRAM = "doctor_slurm.py"
 USABLE = ("idle", "mixed", "allocated", "completing")
 
 
+#: the start of every reason the node health program gives Slurm (mpictl/scripts/node_health.py)
+HEALTH_MARK = "mpictl-health:"
+
+
 def enabled(cluster: Cluster) -> bool:
     """Whether the inventory turns Slurm on for the head (``slurm_enabled``)."""
-    value = (cluster.head.vars or {}).get("slurm_enabled", False)
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "1", "on")
-    return bool(value)
+    return flag((cluster.head.vars or {}).get("slurm_enabled", False))
 
 
 def ask_head(
@@ -135,10 +136,6 @@ def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) 
             "" if "pmix" in plugins else f"install libpmix2 and libpmix-dev: {_fix(provision)}",
         ),
     ]
-
-
-#: the start of every reason the node health program gives Slurm (mpictl/scripts/node_health.py)
-HEALTH_MARK = "mpictl-health:"
 
 
 def checks(

@@ -80,7 +80,9 @@ def test_a_node_that_never_answered_fails() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "on"), [(None, True), ("false", False), (False, False), (True, True)]
+    ("value", "on"),
+    # as the role's `health_enabled | bool` reads it
+    [(None, True), ("false", False), (False, False), (True, True), ("off", False), ("yes", True)],
 )
 def test_health_is_asked_unless_the_head_turns_it_off(value: object, on: bool) -> None:
     head_vars = {} if value is None else {"health_enabled": value}

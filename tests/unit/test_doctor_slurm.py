@@ -87,3 +87,16 @@ def test_a_drained_node_shows_its_reason_and_who_resumes_it() -> None:
     )
     assert checks["node3"].detail == "sinfo: drained (operator: new DIMM)"
     assert "state=resume" in checks["node3"].fix
+
+
+def test_the_drain_mark_is_the_health_programs_own() -> None:
+    # doctor tells a health drain from an operator's by the mark the node program writes
+    import importlib.util
+
+    from tests.unit.test_node_health import PROGRAM
+
+    spec = importlib.util.spec_from_file_location("node_health", PROGRAM)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert slurm.HEALTH_MARK == module.MARK
