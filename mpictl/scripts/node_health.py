@@ -7,7 +7,7 @@ that only new XID errors count), and answers fast: every command has a timeout.
 
 Usage: node_health.py [--config FILE] [--json | --ack-xid | --slurm]
   FILE (default /etc/mpictl/health.json) is JSON, every key optional:
-    "mpirun", "venv_python", "hostfile"   paths the cluster environment needs ("" skips)
+    "venv_python", "hostfile"             paths the cluster environment needs ("" skips)
     "environment_file", "programs"        programs that must be on that file's PATH (the
                                           PATH every rank gets: /etc/environment)
     "mpi_user", "ssh_files"               the MPI user and the SSH files it needs ("~/" is in
@@ -47,7 +47,6 @@ import sys
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
-    "mpirun": "",
     "venv_python": "",
     "hostfile": "",
     "environment_file": "",
@@ -118,10 +117,8 @@ def run(cmd: list[str], timeout: float) -> tuple[int, str]:
 
 def environment(cfg: dict[str, Any], report: Report) -> None:
     problems = []
-    for key, what in (("mpirun", "mpirun"), ("venv_python", "the cluster venv's python")):
-        path = cfg[key]
-        if path and not os.access(path, os.X_OK):
-            problems.append(f"{what} {path} is missing")
+    if cfg["venv_python"] and not os.access(cfg["venv_python"], os.X_OK):
+        problems.append(f"the cluster venv's python {cfg['venv_python']} is missing")
     if cfg["hostfile"] and not os.path.isfile(cfg["hostfile"]):
         problems.append(f"the hostfile {cfg['hostfile']} is missing")
     if cfg["programs"]:

@@ -74,7 +74,9 @@ def test_a_healthy_cpu_node_passes_every_check(tmp_path: Path) -> None:
         (tmp_path / name).write_text("#!/bin/sh\n")
         (tmp_path / name).chmod(0o755)
     (tmp_path / "hostfile").write_text("node1 slots=2\n")
-    proc = health(tmp_path, mpirun=str(tmp_path / "mpirun"), venv_python=str(tmp_path / "python"),
+    (tmp_path / "environment").write_text(f'PATH="{tmp_path}:/usr/bin"\n')
+    proc = health(tmp_path, environment_file=str(tmp_path / "environment"), programs=["mpirun"],
+                  venv_python=str(tmp_path / "python"),
                   hostfile=str(tmp_path / "hostfile"), mpi_user="root", ssh_files=[],
                   max_load_per_cpu=1000)  # fmt: skip
     assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
