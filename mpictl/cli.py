@@ -319,6 +319,29 @@ def doctor(inventory: InventoryOpt = None, as_json: JsonOpt = False) -> None:
         )
 
 
+@app.command()
+def status(inventory: InventoryOpt = None, as_json: JsonOpt = False) -> None:
+    """One screen of every node from Prometheus (monitoring_enabled): up, load, memory, disk,
+    network, GPUs, Slurm state."""
+    import json
+
+    from mpictl import settings, ui
+    from mpictl import status as status_mod
+    from mpictl.errors import CheckFailed
+    from mpictl.inventory import load_inventory
+
+    cluster = load_inventory(inventory_path(inventory))
+    report = status_mod.collect(cluster, settings.for_cluster(cluster))
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        ui.console.print(ui.status_table(report))
+        for note in report.notes:
+            typer.echo(f"note: {note}", err=True)
+    if report.problems:
+        raise CheckFailed(f"status: {'; '.join(report.problems)}")
+
+
 def _echo_report(data: dict[str, Any], plot: Path | None, results: Path | None) -> None:
     """``--json`` of bench and fabric: the report, the plot's path and the kept results' path."""
     import json

@@ -31,6 +31,7 @@ KEYS = {
     "tools_dir": "mpi_tools_dir",
     "bin_dir": "mpi_bin_dir",
     "health_program": "mpi_health_program",
+    "monitoring_config": "mpi_monitoring_config",
 }
 
 
@@ -42,6 +43,8 @@ class ClusterSettings:
     tools_dir: str  # the smoke and bench programs (mpi_jobs role)
     bin_dir: str  # the torch environment wrapper (mpi_jobs role)
     health_program: str  # the node health program (health role; Slurm runs <it>-slurm)
+    # where Prometheus answers, written by the monitoring role (`mpictl status` reads it)
+    monitoring_config: str = ""
     # The interpreter Horovod was built into when it is not the cluster venv's (the horovod
     # role's horovod_python; "" = the cluster venv).
     horovod_python: str = ""

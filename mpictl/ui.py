@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from mpictl.fabric import FabricReport
     from mpictl.jobs import JobRecord
     from mpictl.smoke import SmokeReport
+    from mpictl.status import StatusReport
 
 STYLES = {
     "ok": "green",
@@ -223,6 +224,28 @@ def doctor_table(report: DoctorReport) -> Table:
     return _table(
         ("check", "node", "result", "detail", "fix"),
         [(c.check, c.node, c.result, c.detail, c.fix) for c in report.checks],
+    )
+
+
+def status_table(report: StatusReport) -> Table:
+    """``mpictl status``: one row per node, read from Prometheus (net in MB/s)."""
+    from mpictl.status import table_rows
+
+    return _table(
+        (
+            "node",
+            "exporter",
+            "load/cpus",
+            "memory",
+            "disk /",
+            "rx MB/s",
+            "tx MB/s",
+            "GPUs",
+            "slurm",
+        ),
+        table_rows(report),
+        right=("load/cpus", "disk /", "rx MB/s", "tx MB/s"),
+        title=f"Prometheus {report.prometheus or '?'} on {report.server or '?'}",
     )
 
 

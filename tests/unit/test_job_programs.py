@@ -31,6 +31,7 @@ NODE_PROGRAMS = [
     "sandbox_node_setup.sh",
     "slurm_job.sh",
     "doctor_slurm.py",
+    "cluster_status.py",
     "artifact_fanout.py",
     "fabric_p2p.py",
     "fabric_node.sh",

@@ -217,7 +217,7 @@ def test_templates_start_with_ansible_managed(role: Path) -> None:
 
 # The names the mpictl CLI reads (head's inventory variables, else cluster_defaults' file).
 SHARED_NAMES = {"mpi_user", "mpi_cluster_venv", "mpi_hostfile_path", "mpi_tools_dir", "mpi_bin_dir",
-                "mpi_health_program"}  # fmt: skip
+                "mpi_health_program", "mpi_monitoring_config"}  # fmt: skip
 
 
 def shared_defaults() -> dict[str, Any]:
@@ -361,6 +361,7 @@ ROLE_OF_PLAYBOOK = {
     "horovod": "horovod",
     "jobs": "mpi_jobs",
     "health": "health",
+    "monitoring": "monitoring",
     "slurm": "slurm",
 }
 VALIDATE = "ansible.builtin.validate_argument_spec"

@@ -50,6 +50,7 @@ def test_the_head_variables_win_and_are_templated() -> None:
         tools_dir="/srv/tools",
         bin_dir="/srv/bin",
         health_program="/opt/mpictl/sbin/mpictl-health",
+        monitoring_config="/etc/mpictl/monitoring.json",
     )
     assert s.torch_env == "/srv/bin/mpictl-torch-env"
     assert s.tool("smoke_mpi.py") == "/srv/tools/smoke_mpi.py"

@@ -1,0 +1,116 @@
+"""Metrics (issue 27, part 4) on the provisioned 3-node sandbox, where the sandbox inventory turns
+``monitoring_enabled`` on: Prometheus on the head reports every node's exporter up through its
+HTTP API, ``mpictl status`` shows every node, an exporter stopped on one node shows that node DOWN,
+and the next provision (the short path sees the stopped unit) starts it again."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpictl.inventory import Cluster
+from tests.integration.conftest import describe_failures, provision_run
+from tests.integration.nodes import load, run_cli, ssh
+
+ASK_UP = (
+    "python3 -c 'import json, urllib.request, urllib.parse; "
+    'c = json.load(open("/etc/mpictl/monitoring.json")); '
+    'q = urllib.parse.urlencode({"query": "up{job=\\"node\\"}"}); '
+    'u = c["prometheus"] + "/api/v1/query?" + q; '
+    "print(urllib.request.urlopen(u, timeout=10).read().decode())'"
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(inventory: Path, first_provision: object) -> Cluster:
+    return load(inventory)
+
+
+def status_json(cluster: Cluster) -> tuple[int, dict[str, Any], str]:
+    proc = run_cli("status", "-i", str(cluster.source), "--json", timeout=180)
+    return proc.returncode, json.loads(proc.stdout or "{}"), proc.stderr
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, every: float = 3) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
+        time.sleep(every)
+
+
+def test_prometheus_on_the_head_reports_every_nodes_exporter_up(cluster: Cluster) -> None:
+    proc = ssh(cluster.head, ASK_UP)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    up = {s["metric"].get("node"): s["value"][1] for s in answer["data"]["result"]}
+    assert {n: up.get(n) for n in cluster.names} == dict.fromkeys(cluster.names, "1"), answer
+
+
+def test_exporters_and_prometheus_listen_on_the_cluster_address_only(cluster: Cluster) -> None:
+    for node in cluster.nodes:
+        proc = ssh(node, "cat /proc/net/tcp")
+        listening = {
+            line.split()[1] for line in proc.stdout.splitlines()[1:] if line.split()[3] == "0A"
+        }
+        ports = {addr.rsplit(":", 1)[1]: addr.rsplit(":", 1)[0] for addr in listening}
+        assert "238C" in ports, f"{node.name}: no exporter on 9100: {sorted(listening)}"
+        # 00000000 is 0.0.0.0, 0100007F 127.0.0.1: neither, the node's own cluster address
+        assert ports["238C"] not in ("00000000", "0100007F"), (node.name, listening)
+        if node is cluster.head:
+            assert ports.get("2382") not in (None, "00000000", "0100007F"), listening
+
+
+def test_status_shows_every_node_up_with_its_numbers(cluster: Cluster) -> None:
+    rc, report, err = status_json(cluster)
+    assert rc == 0, err
+    rows = {n["node"]: n for n in report["nodes"]}
+    assert list(rows) == cluster.names
+    for row in rows.values():
+        assert row["state"] == "up", row
+        assert row["cpus"] and row["mem_total"] and row["load1"] is not None, row
+        assert 0 < row["disk_used"] < 1, row
+        assert row["slurm"] in ("idle", "mixed", "allocated"), row
+    assert report["server"] == cluster.head.name
+    # the table as a user reads it
+    table = run_cli("status", "-i", str(cluster.source), timeout=180)
+    assert table.returncode == 0, table.stderr
+    for name in cluster.names:
+        assert any(line.split()[:2] == [name, "up"] for line in table.stdout.splitlines()), (
+            table.stdout
+        )
+
+
+def test_a_stopped_exporter_shows_its_node_down_and_provision_starts_it_again(
+    cluster: Cluster, source_vars: dict[str, Any]
+) -> None:
+    node3 = cluster.nodes[2]
+    stopped = ssh(node3, "systemctl stop prometheus-node-exporter")
+    assert stopped.returncode == 0, stopped.stderr
+    try:
+
+        def down() -> Any:
+            rc, report, err = status_json(cluster)
+            states = {n["node"]: n["state"] for n in report.get("nodes", [])}
+            return (rc, states, err) if states.get(node3.name) == "DOWN" else None
+
+        rc, states, err = wait_for("node3 DOWN in mpictl status", down)
+        assert rc == 1 and states == {**dict.fromkeys(cluster.names, "up"), node3.name: "DOWN"}
+        assert err.strip().endswith(f"status: {node3.name}: DOWN"), err
+    finally:
+        # the short path sees the stopped unit: monitoring takes its long path and starts it
+        result = provision_run(cluster.source, source_vars)
+    assert result.ok, describe_failures(result)
+    assert any(
+        r.task == "Start the node exporter and start it at boot" and r.host == node3.name
+        for r in result.changed_tasks()
+    ), [(r.host, r.task) for r in result.changed_tasks()]
+    assert ssh(node3, "systemctl is-active prometheus-node-exporter").stdout.strip() == "active"
+    wait_for("node3 up again", lambda: status_json(cluster)[0] == 0)
