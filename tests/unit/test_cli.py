@@ -159,8 +159,8 @@ def test_unknown_tags_are_refused_naming_the_valid_ones(
     assert_one_line_error(proc, fragment, "(valid: ")
     if "--playbook" not in args:
         assert (
-            "environment, health, horovod, hostfile, jobs, mpi4py, nccl, nccl_tests, openmpi,"
-            " slurm, ssh, ucc, ucx)" in proc.stderr
+            "environment, health, horovod, hostfile, jobs, monitoring, mpi4py, nccl, nccl_tests,"
+            " openmpi, slurm, ssh, ucc, ucx)" in proc.stderr
         )
     assert not (isolated_state / "runs").exists()
 
@@ -191,6 +191,7 @@ def test_list_tags_prints_the_components_and_runs_nothing(isolated_state: Path) 
         "horovod",
         "jobs",
         "health",
+        "monitoring",
         "slurm",
     ]
     assert not isolated_state.exists()

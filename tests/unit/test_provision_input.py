@@ -26,6 +26,7 @@ COMPONENTS = [
     "horovod",
     "jobs",
     "health",
+    "monitoring",
     "slurm",
 ]
 
