@@ -5,7 +5,7 @@ Runs on one node as root (Slurm's HealthCheckProgram runs it so; doctor runs it 
 reads only, apart from its own small state file (the kernel log position already looked at, so
 that only new XID errors count), and answers fast: every command has a timeout.
 
-Usage: node_health.py [--config FILE] [--json | --ack-xid | --slurm]
+Usage: node_health.py [--config FILE] [--dcgm] [--json | --ack-xid | --slurm | --prolog]
   FILE (default /etc/mpictl/health.json) is JSON, every key optional:
     "venv_python", "hostfile"             paths the cluster environment needs ("" skips)
     "environment_file", "programs"        programs that must be on that file's PATH (the
@@ -21,17 +21,28 @@ Usage: node_health.py [--config FILE] [--json | --ack-xid | --slurm]
     "fabric_manager"                      "auto" (on NVSwitch systems), true or false
     "rdma_ports"                          {"mlx5_0/1": rate in Gb/s, ...}: ports that must be
                                           ACTIVE at that rate (or faster)
+    "dcgm_diag", "dcgm_diag_level"        --dcgm: run `dcgmi diag -r LEVEL` where dcgmi exists
+    "dcgm_timeout"                        ("auto") or must (true); false never; its timeout
     "state"                               the state file (default /var/lib/mpictl/health.json)
-  and, for tests only, "nvidia_smi", "kmsg", "sysfs_ib", "nvswitch_glob", "systemctl".
+  and, for tests only, "nvidia_smi", "kmsg", "sysfs_ib", "nvswitch_glob", "systemctl", "dcgmi".
 Prints one line per failed check, "CHECK: what is wrong", and one per check that could not read
 its source, "warning: CHECK: why" (a check never passes silently). --json prints
 {"failed": [[check, detail]...], "warnings": [...], "passed": [checks]} instead.
 --slurm (Slurm's HealthCheckProgram, which ignores exit codes): drains the node ("slurm_node",
 default the short host name) with "mpictl-health: CHECK: what" as its reason, and resumes it when
 the checks pass again, but only a drain it set itself: an operator's drain is left alone.
+--prolog (Slurm's Prolog, slurm_health_prolog): the same, and exit 1 when a check failed, so that
+Slurm requeues the job instead of starting it on this node. Slurm then drains the node with its
+own reason ("Prolog error"); the state file remembers that this program's prolog failed, so the
+next health check puts the failed check back as the reason, and resumes the node once it passes.
+--dcgm adds NVIDIA DCGM's diagnostic (a minute or so at level 1: for the prolog, not every check).
 A new XID error keeps failing until `--ack-xid` (after the GPU is reset or replaced) or a reboot.
 Exit 0: healthy (warnings allowed); 1: a check failed; 2: the config cannot be read.
 Standard library only.
+
+Size: one file of small checks (NHC's shape), past 400 lines because Slurm runs one program per
+node, as root, with no package beside it: the checks, the Slurm drain/resume and the parsers of
+nvidia-smi, the kernel log and dcgmi travel together.
 """
 
 from __future__ import annotations
@@ -71,10 +82,20 @@ DEFAULTS: dict[str, Any] = {
     "systemctl": "systemctl",
     "slurm_node": "",
     "scontrol": "scontrol",
+    "dcgm_diag": "auto",
+    "dcgm_diag_level": 1,
+    "dcgm_timeout": 300,
+    "dcgmi": "dcgmi",
 }
 #: the start of every Reason this program gives Slurm: a drain it did not set (an operator's) is
 #: never resumed, and never overwritten
 MARK = "mpictl-health:"
+#: the reason slurmctld gives a node whose prolog failed (over the one the prolog set)
+PROLOG_REASON = "Prolog error"
+#: dcgmi diag's rows that explain the test row above them, not tests of their own
+DCGM_NOTES = ("Warning", "Error", "Info")
+#: the characters of a result cell's line: dcgmi cuts a longer result there, mid-word
+DCGM_WIDTH = 45
 GPU_FIELDS = (
     "index,pci.bus_id,driver_version,ecc.errors.uncorrected.volatile.total,"
     "retired_pages.pending,remapped_rows.pending,remapped_rows.failure"
@@ -348,7 +369,8 @@ def ack_xid(cfg: dict[str, Any]) -> int:
     state = read_state(cfg["state"])
     if not why:
         upto = rows[-1][0] if rows else float(state.get("xid_upto", -1.0))
-        why = write_state(cfg["state"], {"boot_id": boot_id(), "xid_upto": upto, "xids": []})
+        why = write_state(cfg["state"], {**state, "boot_id": boot_id(), "xid_upto": upto,
+                                         "xids": []})  # fmt: skip
     if why:
         print(f"node_health: {why}", file=sys.stderr)
         return 1
@@ -400,6 +422,69 @@ def rdma(cfg: dict[str, Any], report: Report) -> None:
     report.check("rdma", problems)
 
 
+def dcgm_rows(text: str) -> list[list[str]]:
+    """``[name, result]`` of each row of ``dcgmi diag``'s table, a result wrapped over several
+    lines joined (the table's width cuts words: a cell's first character is its separator)."""
+    rows: list[list[str]] = []
+    width = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith("|") or line.startswith("|--") or line.count("|") < 3:
+            continue
+        name, cell = line[1:].split("|", 1)
+        cell = cell.rsplit("|", 1)[0]
+        if name.strip() == "Diagnostic":
+            continue
+        if name.strip():
+            rows.append([name.strip(), cell.strip()])
+            width = len(cell[1:].rstrip())
+        elif rows:  # a line cut at the cell's width goes on mid-word; a shorter one after a space
+            rows[-1][1] += cell[1:].rstrip() if width >= DCGM_WIDTH else " " + cell.strip()
+            width = len(cell[1:].rstrip())
+    return rows
+
+
+def dcgm_failures(text: str) -> tuple[list[str], list[str]]:
+    """(failures, warnings) of ``dcgmi diag``'s table: a test whose result says Fail, with the
+    Error or Warning row under it; an Error row of its own; Warning rows under a passed test."""
+    failures: list[str] = []
+    warnings: list[str] = []
+    failed_test = False
+    for name, result in dcgm_rows(text):
+        if name not in DCGM_NOTES:
+            failed_test = "Fail" in result
+            if failed_test:
+                failures.append(f"{name}: {result}")
+        elif name == "Error" and not failed_test:
+            failures.append(f"Error: {result}")
+        elif failed_test and name != "Info" and "(" not in failures[-1]:
+            failures[-1] += f" ({name}: {result})"
+        elif name == "Warning":
+            warnings.append(result)
+    return [f[:240] for f in failures], [w[:240] for w in warnings]
+
+
+def dcgm(cfg: dict[str, Any], report: Report) -> None:
+    """--dcgm: NVIDIA DCGM's diagnostic at ``dcgm_diag_level`` where dcgmi exists."""
+    setting = cfg["dcgm_diag"]
+    if setting in (False, "false"):
+        return
+    dcgmi = shutil.which(cfg["dcgmi"])
+    if not dcgmi:
+        if setting in (True, "true"):
+            report.check("dcgm", [f"{cfg['dcgmi']} is not installed (dcgm_diag is true)"])
+        return
+    level = int(cfg["dcgm_diag_level"])
+    rc, out = run([dcgmi, "diag", "-r", str(level)], float(cfg["dcgm_timeout"]))
+    problems, warnings = dcgm_failures(out)
+    if rc != 0 and not problems:
+        lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+        problems = [f"dcgmi diag -r {level} exited {rc}: {lines[-1] if lines else 'no output'}"]
+    for why in warnings:
+        report.warn("dcgm", why)
+    report.check("dcgm", problems)
+
+
 def slurm_node_state(cfg: dict[str, Any], node: str) -> tuple[str, str, str]:
     """(State, Reason, '') of ``node`` as ``scontrol show node -o`` says, or ('', '', why)."""
     rc, out = run([cfg["scontrol"], "show", "node", node, "-o"], 30)
@@ -411,30 +496,38 @@ def slurm_node_state(cfg: dict[str, Any], node: str) -> tuple[str, str, str]:
     return (state.group(1) if state else ""), (reason.group(1) if reason else ""), ""
 
 
-def slurm(cfg: dict[str, Any], report: Report) -> int:
+def slurm(cfg: dict[str, Any], report: Report, prolog: bool = False) -> int:
     """--slurm (Slurm's HealthCheckProgram): drain this node with the first failure as its
-    reason; resume it when the checks pass again, but only from a drain of its own (MARK)."""
+    reason; resume it when the checks pass again, but only from a drain of its own (MARK, or
+    the prolog's: see --prolog). --prolog: exit 1 when a check failed (the job is requeued)."""
     node = cfg["slurm_node"] or os.uname().nodename.split(".")[0]
     state, reason, why = slurm_node_state(cfg, node)
     if why:
         print(f"node_health: {why}", file=sys.stderr)
         return 1
-    ours = reason.startswith(MARK)
+    saved = read_state(cfg["state"])
+    by_prolog = reason.split(" [")[0] == PROLOG_REASON and bool(saved.get("prolog_drain"))
+    ours = reason.startswith(MARK) or by_prolog
     drained = "DRAIN" in state
+    failed = 1 if prolog and report.failed else 0
+    if prolog and bool(saved.get("prolog_drain")) != bool(report.failed):
+        write_state(cfg["state"], {**saved, "prolog_drain": bool(report.failed)})
     if report.failed:
         name, detail = report.failed[0]
         more = f" (+{len(report.failed) - 1} more)" if len(report.failed) > 1 else ""
         text = f"{MARK} {name}: {detail}{more}".replace('"', "'")[:250]
         if drained and not ours:
             print(f"node_health: {node} is drained by someone else ({reason}); left as it is")
-            return 0
+            return failed
         if drained and reason.split(" [")[0] == text:
-            return 0
+            return failed
         cmd = [cfg["scontrol"], "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"]
         action = f"drained {node}: {text}"
     elif drained and ours:
         cmd = [cfg["scontrol"], "update", f"NodeName={node}", "State=RESUME"]
         action = f"resumed {node} (was: {reason})"
+        if saved.get("prolog_drain"):
+            write_state(cfg["state"], {**saved, "prolog_drain": False})
     else:
         return 0
     rc, out = run(cmd, 30)
@@ -442,7 +535,7 @@ def slurm(cfg: dict[str, Any], report: Report) -> int:
         print(f"node_health: {' '.join(cmd[1:])} failed: {out.strip()}", file=sys.stderr)
         return 1
     print(f"node_health: {action}")
-    return 0
+    return failed
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -456,7 +549,7 @@ def load_config(path: str) -> dict[str, Any]:
     return cfg
 
 
-def evaluate(cfg: dict[str, Any]) -> Report:
+def evaluate(cfg: dict[str, Any], with_dcgm: bool = False) -> Report:
     report = Report()
     environment(cfg, report)
     mpi_user(cfg, report)
@@ -466,11 +559,14 @@ def evaluate(cfg: dict[str, Any]) -> Report:
         xids(cfg, report)
         fabric_manager(cfg, report)
     rdma(cfg, report)
+    if with_dcgm:
+        dcgm(cfg, report)
     return report
 
 
 def main(argv: list[str]) -> int:
     path, as_json, ack, in_slurm = "/etc/mpictl/health.json", False, False, False
+    prolog = with_dcgm = False
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -480,6 +576,10 @@ def main(argv: list[str]) -> int:
             ack = True
         elif arg == "--slurm":
             in_slurm = True
+        elif arg == "--prolog":
+            prolog = True
+        elif arg == "--dcgm":
+            with_dcgm = True
         elif arg == "--config" and args:
             path = args.pop(0)
         else:
@@ -492,9 +592,9 @@ def main(argv: list[str]) -> int:
         return 2
     if ack:
         return ack_xid(cfg)
-    report = evaluate(cfg)
-    if in_slurm:
-        return slurm(cfg, report)
+    report = evaluate(cfg, with_dcgm)
+    if in_slurm or prolog:
+        return slurm(cfg, report, prolog)
     if as_json:
         print(json.dumps({"failed": report.failed, "warnings": report.warnings,
                           "passed": report.passed}))  # fmt: skip

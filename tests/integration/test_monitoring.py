@@ -6,8 +6,6 @@ and the next provision (the short path sees the stopped unit) starts it again.""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 from mpictl.inventory import Cluster
 from tests.integration.conftest import describe_failures, provision_run
 from tests.integration.nodes import load, run_cli, ssh
+from tests.integration.test_slurm import wait_for
 
 ASK_UP = (
     "python3 -c 'import json, urllib.request, urllib.parse; "
@@ -34,16 +33,6 @@ def cluster(inventory: Path, first_provision: object) -> Cluster:
 def status_json(cluster: Cluster) -> tuple[int, dict[str, Any], str]:
     proc = run_cli("status", "-i", str(cluster.source), "--json", timeout=180)
     return proc.returncode, json.loads(proc.stdout or "{}"), proc.stderr
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, every: float = 3) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
-        time.sleep(every)
 
 
 def test_prometheus_on_the_head_reports_every_nodes_exporter_up(cluster: Cluster) -> None:

@@ -273,3 +273,41 @@ def test_a_node_failing_its_health_check_is_drained_with_the_check_and_resumed(
         off = provision_run(cluster.source, source_vars, tags="health,slurm")
         assert off.ok, off.stats
     assert node_line(cluster, node3.name).startswith("idle")
+
+
+def test_with_the_prolog_a_job_never_starts_on_a_failing_node(
+    cluster: Cluster, source_vars: dict[str, Any]
+) -> None:
+    # issue 27: slurm_health_prolog; no periodic checks here, so only the prolog sees the node
+    node2 = cluster.nodes[1]
+    on = provision_run(cluster.source, {**source_vars, "slurm_health_prolog": True},
+                       tags="health,slurm")  # fmt: skip
+    assert on.ok, on.stats
+    hostfile = "/etc/mpictl/hostfile"
+    marker = "/tmp/mpictl-prolog-test-ran"
+    try:
+        ssh(node2, f"rm -f {marker}")
+        assert ssh(node2, f"mv {hostfile} {hostfile}.away").returncode == 0
+        sub = ssh_mpi(cluster.head, f"sbatch --parsable -w {node2.name} --wrap 'touch {marker}'")
+        assert sub.returncode == 0, sub.stderr
+        slurm_id = sub.stdout.strip().split(";")[0]
+        line = wait_for(
+            "node2 drained by the prolog",
+            lambda: (lambda s: s if s.startswith("drain") else "")(node_line(cluster, node2.name)),
+        )
+        assert "Prolog error" in line or "mpictl-health: environment: the hostfile" in line, line
+        queued = ssh_mpi(cluster.head, f"squeue -h -j {slurm_id} -o %T").stdout.strip()
+        assert queued == "PENDING", queued  # requeued, not held, and never ran
+        assert ssh(node2, f"test -e {marker}").returncode != 0
+        # repaired: the next health check (run here by hand) resumes the node, and the job runs
+        assert ssh(node2, f"mv {hostfile}.away {hostfile}").returncode == 0
+        assert ssh(node2, "/opt/mpictl/sbin/mpictl-health-slurm").returncode == 0
+        wait_for("the job done", lambda: ssh(node2, f"test -e {marker}").returncode == 0)
+        assert node_line(cluster, node2.name).startswith(("idle", "mixed", "allocated")), node_line(
+            cluster, node2.name
+        )
+    finally:
+        ssh(node2, f"test -e {hostfile} || mv {hostfile}.away {hostfile}; rm -f {marker}")
+        ssh(node2, f"scontrol update NodeName={node2.name} State=RESUME")
+        off = provision_run(cluster.source, source_vars, tags="health,slurm")
+        assert off.ok, off.stats

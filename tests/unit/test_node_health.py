@@ -422,3 +422,148 @@ def test_a_slurm_that_does_not_answer_changes_nothing_and_says_so(tmp_path: Path
     proc = slurm_run(tmp_path, scontrol(tmp_path, "IDLE", rc=1), hostfile=str(tmp_path / "gone"))
     assert proc.returncode == 1 and updates(tmp_path) == []
     assert proc.stderr.startswith("node_health: scontrol show node node2 failed")
+
+
+# --- Slurm's Prolog (slurm_health_prolog) ---------------------------------------------------------
+
+
+def prolog_run(tmp: Path, stub: str, **cfg: object) -> subprocess.CompletedProcess[str]:
+    return health(tmp, "--prolog", slurm_node="node2", scontrol=stub, max_load_per_cpu=1000, **cfg)
+
+
+def test_the_prolog_fails_a_bad_node_and_the_health_check_takes_slurms_drain_back(
+    tmp_path: Path,
+) -> None:
+    gone = str(tmp_path / "gone")
+    reason = f"mpictl-health: environment: the hostfile {gone} is missing"
+    proc = prolog_run(tmp_path, scontrol(tmp_path, "ALLOCATED"), hostfile=gone)
+    # exit 1: Slurm requeues the job and drains the node itself
+    assert proc.returncode == 1, proc.stderr
+    assert updates(tmp_path) == [f"update NodeName=node2 State=DRAIN Reason={reason}"]
+    # slurmctld's own reason replaced ours: the next health check puts the failed check back
+    slurm_run(tmp_path, scontrol(tmp_path, "IDLE+DRAIN", "Prolog error"), hostfile=gone)
+    assert updates(tmp_path) == [f"update NodeName=node2 State=DRAIN Reason={reason}"]
+    # repaired: that drain is its own, so it is resumed, and only once
+    slurm_run(tmp_path, scontrol(tmp_path, "IDLE+DRAIN", "Prolog error"))
+    assert updates(tmp_path) == ["update NodeName=node2 State=RESUME"]
+    slurm_run(tmp_path, scontrol(tmp_path, "IDLE+DRAIN", "Prolog error"))
+    assert updates(tmp_path) == []  # a later "Prolog error" is not its own any more
+
+
+def test_a_healthy_prolog_passes_and_never_takes_another_prologs_drain(tmp_path: Path) -> None:
+    proc = prolog_run(tmp_path, scontrol(tmp_path, "ALLOCATED"))
+    assert proc.returncode == 0 and updates(tmp_path) == []
+    # "Prolog error" without a failure of this program's prolog (another prolog of the site)
+    slurm_run(tmp_path, scontrol(tmp_path, "IDLE+DRAIN", "Prolog error"))
+    assert updates(tmp_path) == []
+    # an operator's drain: the job is still refused while the node is bad
+    proc = prolog_run(tmp_path, scontrol(tmp_path, "MIXED+DRAIN", "ticket 4711"), hostfile="/gone")
+    assert proc.returncode == 1 and updates(tmp_path) == []
+
+
+# --- dcgmi diag (--dcgm, the prolog's) ------------------------------------------------------------
+# dcgmi's table as DCGM 3.3 prints it (its source's DIAG_HEADER/DIAG_DATA rows, the 45-character
+# result cell wrapping mid-word), with results as public reports of real nodes show them; written
+# here, not recorded from a machine of this project (it has no DCGM).
+
+FOOTER = "+---------------------------+------------------------------------------------+\n"
+DCGM_TOP = """Successfully ran diagnostic for group.
++---------------------------+------------------------------------------------+
+| Diagnostic                | Result                                         |
++===========================+================================================+
+|-----  Metadata  ----------+------------------------------------------------|
+| DCGM Version              | 3.3.9                                          |
+| Driver Version Detected   | 580.159.04                                     |
+| GPU Device IDs Detected   | 2330,2330,2330,2330,2330,2330,2330,2330        |
+|-----  Deployment  --------+------------------------------------------------|
+| Denylist                  | Pass                                           |
+| NVML Library              | Pass                                           |
+| CUDA Main Library         | Pass                                           |
+| Permissions and OS Blocks | Pass                                           |
+| Persistence Mode          | Pass                                           |
+"""
+DCGM_PASS = (
+    DCGM_TOP
+    + """| Environment Variables     | Pass                                           |
+| Page Retirement/Row Remap | Pass                                           |
+| Graphics Processes        | Pass                                           |
+| Inforom                   | Pass                                           |
++---------------------------+------------------------------------------------+
+"""
+)
+DCGM_ROW_REMAP = (
+    DCGM_TOP
+    + """| Environment Variables     | Pass                                           |
+| Page Retirement/Row Remap | Fail                                           |
+| Error                     | GPU 3 had uncorrectable memory errors and row  |
+|                           |  remappings are pending                        |
+| Graphics Processes        | Pass                                           |
++---------------------------+------------------------------------------------+
+"""
+)
+DCGM_MEMORY = (
+    DCGM_PASS.removesuffix(FOOTER)
+    + """+-----  Hardware  ----------+------------------------------------------------+
+| GPU Memory                | Pass - GPUs: 1, 2, 3, 4, 5, 6, 7               |
+|                           | Fail - GPU: 0                                  |
+| Warning                   | GPU 0 Thermal violations totaling 13.3 second  |
+|                           | s started at 9.7 seconds into the test for GP  |
+|                           | U 0                                            |
+"""
+    + FOOTER
+)
+
+
+def dcgmi(tmp: Path, out: str, rc: int = 0, sleep: float = 0) -> str:
+    path = tmp / "dcgmi"
+    path.write_text(f'#!/bin/sh\necho "$*" > "{tmp}/dcgmi.args"\nsleep {sleep}\n'
+                    f"cat <<'EOF'\n{out}EOF\nexit {rc}\n")  # fmt: skip
+    path.chmod(0o755)
+    return str(path)
+
+
+def dcgm_json(tmp: Path, **cfg: object) -> dict:
+    proc = health(tmp, "--json", "--dcgm", max_load_per_cpu=1000, **cfg)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_passing_dcgm_diagnostic_passes_at_the_configured_level(tmp_path: Path) -> None:
+    got = dcgm_json(tmp_path, dcgmi=dcgmi(tmp_path, DCGM_PASS), dcgm_diag_level=2)
+    assert "dcgm" in got["passed"] and got["failed"] == []
+    assert (tmp_path / "dcgmi.args").read_text().split() == ["diag", "-r", "2"]
+
+
+def test_failed_dcgm_tests_are_named_with_the_error_under_them(tmp_path: Path) -> None:
+    got = dcgm_json(tmp_path, dcgmi=dcgmi(tmp_path, DCGM_ROW_REMAP, rc=226))
+    want = ("Page Retirement/Row Remap: Fail (Error: GPU 3 had uncorrectable memory errors and "
+            "row remappings are pending)")  # fmt: skip
+    assert got["failed"] == [["dcgm", want]]
+
+
+def test_one_failed_gpu_in_a_test_and_its_warning(tmp_path: Path) -> None:
+    got = dcgm_json(tmp_path, dcgmi=dcgmi(tmp_path, DCGM_MEMORY, rc=226))
+    assert got["failed"] == [["dcgm", "GPU Memory: Pass - GPUs: 1, 2, 3, 4, 5, 6, 7 Fail - GPU: 0 "
+                              "(Warning: GPU 0 Thermal violations totaling 13.3 seconds started "
+                              "at 9.7 seconds into the test for GPU 0)"]]  # fmt: skip
+
+
+def test_dcgmi_that_fails_without_a_table_or_hangs_fails_the_check(tmp_path: Path) -> None:
+    got = dcgm_json(
+        tmp_path, dcgmi=dcgmi(tmp_path, "Error: unable to connect to host engine\n", 255)
+    )
+    assert got["failed"] == [["dcgm", "dcgmi diag -r 1 exited 255: Error: unable to connect to "
+                              "host engine"]]  # fmt: skip
+    got = dcgm_json(tmp_path, dcgmi=dcgmi(tmp_path, DCGM_PASS, sleep=5), dcgm_timeout=1)
+    assert got["failed"] == [["dcgm", "dcgmi diag -r 1 exited 124: no answer within 1 s"]]
+
+
+def test_without_dcgmi_auto_skips_and_true_fails(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-dcgmi")
+    got = dcgm_json(tmp_path, dcgmi=missing)
+    assert "dcgm" not in got["passed"] and got["failed"] == []
+    got = dcgm_json(tmp_path, dcgmi=missing, dcgm_diag=True)
+    assert got["failed"] == [["dcgm", f"{missing} is not installed (dcgm_diag is true)"]]
+    # and never without --dcgm (every health check would take a minute)
+    got = as_json(tmp_path, dcgmi=dcgmi(tmp_path, DCGM_ROW_REMAP, rc=226), max_load_per_cpu=1000)
+    assert "dcgm" not in got["passed"] and got["failed"] == []
