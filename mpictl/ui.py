@@ -173,7 +173,14 @@ def nodes_table(nodes: Sequence[Any]) -> Table:
     return _table(
         ("node", "container", "state", "ssh", "ip", "action"),
         [
-            (n.name, n.container, n.state, f"127.0.0.1:{n.ssh_port}", str(n.ip), n.action or "-")
+            (
+                n.name,
+                n.container,
+                n.state,
+                f"127.0.0.1:{n.ssh_port}" if n.ssh_port else "-",
+                str(n.ip) or "-",
+                n.action or "-",
+            )  # fmt: skip
             for n in nodes
         ],
     )

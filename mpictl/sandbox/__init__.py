@@ -57,6 +57,7 @@ from mpictl.sandbox.podman import (
     LABEL_RUNTIME,
     LABEL_SANDBOX,
     config_label,
+    hosts_text,
     mac_for_ip,
     network_create_args,
     node_run_args,
@@ -108,6 +109,8 @@ __all__ = [
     "pinned_by_port",
     "plan",
     "read_sandbox",
+    "removed",
+    "hosts_text",
     "recipe_hash",
     "spec_from_vars",
     "ssh_check_args",
@@ -123,7 +126,9 @@ class NodeState:
     """One sandbox node as ``status``/``up`` report it.
 
     ``state`` is ``running``, ``stopped`` or ``missing``; ``action`` says what ``up`` did to it
-    (``created``, ``recreated``, ``started``, ``unchanged``) and is empty for ``status``.
+    (``created``, ``recreated``, ``started``, ``unchanged``, and ``hosts updated`` for a kept node
+    whose /etc/hosts it rewrote; ``removed`` for a node no longer in the inventory, listed after
+    the others) and is empty for ``status``.
     """
 
     name: str
@@ -194,6 +199,12 @@ def _status(
     ]
 
 
+def removed(spec: SandboxSpec, found: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The sandbox's containers whose node is no longer in the inventory."""
+    names = {spec.container(node) for node in spec.nodes}
+    return sorted(c for c in found if c not in names)
+
+
 def plan(
     spec: SandboxSpec,
     found: Mapping[str, Mapping[str, Any]],
@@ -205,7 +216,8 @@ def plan(
     """What ``up`` does to each node: ``unchanged``, ``started``, ``created`` or ``recreated``.
 
     A node whose container exists with the same configuration label is left alone (started when
-    stopped); one whose configuration differs (ports, addresses, nodes) is recreated, and so is
+    stopped; the other nodes' names are not its configuration: ``up`` rewrites its
+    ``/etc/hosts``); one whose configuration differs (ports, addresses) is recreated, and so is
     one without the CUDA mount when ``cuda`` asks for it. Without ``cuda``, a node that has the
     mount of ``host_cuda`` keeps it: a plain ``up`` never takes CUDA away from running nodes.
     """
@@ -213,9 +225,12 @@ def plan(
     for node in spec.nodes:
         own = image(node.os) if callable(image) else image
         run_args = node_run_args(spec, node, runtime, own, cuda)
-        accepted = {config_label(run_args)}
-        if cuda is None and host_cuda is not None:
-            accepted.add(config_label(node_run_args(spec, node, runtime, own, host_cuda)))
+        mounts = [cuda] + ([host_cuda] if cuda is None and host_cuda is not None else [])
+        accepted = {
+            config_label(node_run_args(spec, node, runtime, own, mount, legacy_peers=legacy))
+            for mount in mounts
+            for legacy in (False, True)
+        }
         entry = found.get(spec.container(node))
         if entry is None:
             action = "created"
@@ -251,6 +266,11 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
     pubkey = key.with_suffix(".pub").read_text()
 
     actions: dict[str, str] = {}
+    gone = {
+        c: (found[c].get("Labels") or {}).get(podman.LABEL_NODE, c) for c in removed(spec, found)
+    }
+    for container in gone:  # before any node is made: a removed node may free an address
+        podman.remove_container(container, podman.entry_runtime(found[container]))
     for node, action, run_args in steps:
         container = spec.container(node)
         entry = found.get(container)
@@ -313,7 +333,18 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
         lines += node_lines
     ssh.write_private(spec.known_hosts_path(), "\n".join(lines) + "\n")
     ssh.wait_for_ssh(spec, fresh, SSH_WAIT_S)
-    return _status(spec, podman.containers(spec.name), actions)
+    # nodes kept (and restarted: podman rewrites /etc/hosts from their creation) learn of the
+    # nodes added and forget the removed ones
+    for node, action, _ in steps:
+        if action in ("unchanged", "started"):
+            runtime_of = podman.entry_runtime(found[spec.container(node)])
+            if podman.sync_hosts(spec, node, runtime_of) and action == "unchanged":
+                actions[node.name] = "hosts updated"
+    states = _status(spec, podman.containers(spec.name), actions)
+    return states + [
+        NodeState(name=name, container=c, state="missing", ssh_port=0, ip="", action="removed")
+        for c, name in gone.items()
+    ]
 
 
 def down(inventory: Path) -> list[str]:

@@ -48,9 +48,20 @@ def mac_for_ip(ip: str) -> str:
 
 
 def node_run_args(
-    spec: SandboxSpec, node: SandboxNode, runtime: Runtime, image: str, cuda: Path | None = None
+    spec: SandboxSpec,
+    node: SandboxNode,
+    runtime: Runtime,
+    image: str,
+    cuda: Path | None = None,
+    *,
+    legacy_peers: bool = False,
 ) -> list[str]:
-    """The ``podman run`` arguments (after the global ones) that create ``node``."""
+    """The ``podman run`` arguments (after the global ones) that create ``node``.
+
+    The other nodes' names (``--add-host``) are not part of the configuration label: a node
+    added to or removed from the inventory leaves the others running (``up`` rewrites their
+    ``/etc/hosts``, :func:`hosts_text`). ``legacy_peers``: the label as containers made before
+    that carry it (the peers hashed in), which ``up`` still accepts as unchanged."""
     options: list[str] = [
         "--hostname",
         node.name,
@@ -74,9 +85,11 @@ def node_run_args(
         "always",
         *runtime.run_args,
     ]
-    for other in spec.nodes:
-        if other.name != node.name:
-            options += ["--add-host", f"{other.name}:{other.ip}"]
+    peers = [
+        a for o in spec.nodes if o.name != node.name for a in ("--add-host", f"{o.name}:{o.ip}")
+    ]
+    if legacy_peers:
+        options += peers
     if cuda is not None:
         real = cuda.resolve()
         options += ["-v", f"{real}:{cuda}:ro"]
@@ -92,6 +105,8 @@ def node_run_args(
     # answers at once instead of after the host's stale neighbour (ARP) entry for its address
     # expires (~30 s of connect timeouts).
     options += ["--mac-address", mac_for_ip(node.ip)]
+    if not legacy_peers:
+        options += peers
     return [
         "run",
         "-d",
@@ -108,6 +123,41 @@ def node_run_args(
         *options,
         image,
     ]
+
+
+def hosts_text(current: str, own: str, subnet: str, peers: Mapping[str, str]) -> str:
+    """A node's ``/etc/hosts`` with the sandbox's other nodes as ``peers`` says (name -> ip):
+    lines of other addresses in the sandbox's subnet go (a removed or renamed node), the node's
+    own line, the gateway's (``host.containers.internal``) and everything else stay, the peers
+    come last in their order."""
+    net = ipaddress.ip_network(subnet, strict=False)
+    kept = []
+    for line in current.splitlines():
+        fields = line.split("#", 1)[0].split()
+        try:
+            address = ipaddress.ip_address(fields[0]) if fields else None
+        except ValueError:
+            address = None
+        inside = address is not None and address in net and address != net.network_address + 1
+        if inside and own not in fields[1:]:
+            continue
+        kept.append(line)
+    return "\n".join([*kept, *(f"{ip}\t{name}" for name, ip in peers.items())]) + "\n"
+
+
+def sync_hosts(spec: SandboxSpec, node: SandboxNode, runtime: Runtime) -> bool:
+    """Rewrite ``node``'s ``/etc/hosts`` in place (podman bind-mounts it) where the other nodes
+    changed since it was created; whether it was rewritten."""
+    container = spec.container(node)
+    current = run(["exec", container, "cat", "/etc/hosts"], runtime=runtime,
+                  what=f"reading /etc/hosts of {container}").stdout  # fmt: skip
+    peers = {o.name: o.ip for o in spec.nodes if o.name != node.name}
+    wanted = hosts_text(current, node.name, spec.subnet, peers)
+    if wanted == current:
+        return False
+    run(["exec", "-i", container, "sh", "-c", "cat > /etc/hosts"], runtime=runtime,
+        stdin=wanted, what=f"writing /etc/hosts of {container}")  # fmt: skip
+    return True
 
 
 def config_label(run_args: Sequence[str]) -> str:

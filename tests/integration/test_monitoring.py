@@ -71,10 +71,9 @@ def test_status_shows_every_node_up_with_its_numbers(cluster: Cluster) -> None:
     # the table as a user reads it
     table = run_cli("status", "-i", str(cluster.source), timeout=180)
     assert table.returncode == 0, table.stderr
+    cells = [[c.strip() for c in line.strip("│ ").split("│")] for line in table.stdout.splitlines()]
     for name in cluster.names:
-        assert any(line.split()[:2] == [name, "up"] for line in table.stdout.splitlines()), (
-            table.stdout
-        )
+        assert [name, "up"] in [row[:2] for row in cells], table.stdout
 
 
 def test_a_stopped_exporter_shows_its_node_down_and_provision_starts_it_again(

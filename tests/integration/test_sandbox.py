@@ -148,6 +148,31 @@ def test_up_repairs_a_missing_node(sbx: Path) -> None:
     assert ssh(sbx, PORT_BASE + 1, "hostname").strip() == "node2"
 
 
+def test_a_node_added_and_removed_leaves_the_others_running(sbx: Path, tmp_path: Path) -> None:
+    # issue 26: each node's config label held one --add-host per other node, so a 4th node in
+    # the inventory recreated node1-3 empty
+    grown = sandbox.clone_inventory(tmp_path / "inv4", NAME, SUBNET, PORT_BASE, 4)
+    before = {name: c["Id"] for name, c in containers().items()}
+    nodes = sandbox.up(grown)
+    assert [(n.name, n.action) for n in nodes] == [
+        ("node1", "hosts updated"), ("node2", "hosts updated"), ("node3", "hosts updated"),
+        ("node4", "created"),
+    ]  # fmt: skip
+    after = {name: c["Id"] for name, c in containers().items()}
+    assert {n: after[n] for n in before} == before
+    assert ssh(sbx, PORT_BASE, "getent hosts node4").split() == ["10.89.40.14", "node4"]
+    assert ssh(grown, PORT_BASE + 3, "getent hosts node2").split() == ["10.89.40.12", "node2"]
+    # back to three: node4 goes, the others stay and forget it
+    nodes = sandbox.up(sbx)
+    assert [(n.name, n.action) for n in nodes] == [
+        ("node1", "hosts updated"), ("node2", "hosts updated"), ("node3", "hosts updated"),
+        ("node4", "removed"),
+    ]  # fmt: skip
+    assert {name: c["Id"] for name, c in containers().items()} == before
+    assert "node4" not in ssh(sbx, PORT_BASE, "cat /etc/hosts")
+    assert [n.action for n in sandbox.up(sbx)] == ["unchanged"] * 3
+
+
 def test_down_removes_exactly_the_sandbox(sbx: Path) -> None:
     spec = sandbox.read_sandbox(sbx)
     image = sandbox.image_tag()

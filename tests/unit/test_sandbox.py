@@ -318,6 +318,57 @@ def test_plan_actions() -> None:
     assert sandbox.plan(SPEC, found, runtime, "img")[0][1] == "recreated"
 
 
+GROWN = dataclasses.replace(SPEC, nodes=(*SPEC.nodes, SandboxNode("d", 2304, "10.90.0.14")))
+
+
+def test_a_node_added_or_removed_leaves_the_others_as_they_are() -> None:
+    runtime = Runtime("runc")
+    labels = {
+        n.name: sandbox.config_label(sandbox.node_run_args(SPEC, n, runtime, "img"))
+        for n in SPEC.nodes
+    }
+    found = {f"unit-sbx-{n}": {"State": "running", "Labels": {"io.mpictl.config": label}}
+             for n, label in labels.items()}  # fmt: skip
+    steps = sandbox.plan(GROWN, found, runtime, "img")
+    assert [(n.name, a) for n, a, _ in steps] == [
+        ("a", "unchanged"), ("b", "unchanged"), ("c", "unchanged"), ("d", "created")
+    ]  # fmt: skip
+    # a new node still knows the others from its creation
+    assert "c:10.90.0.13" in _option_values(steps[3][2], "--add-host")
+    # shrunk back: d's container is one to remove, the others stay
+    found["unit-sbx-d"] = {"State": "running", "Labels": {}}
+    assert sandbox.removed(SPEC, found) == ["unit-sbx-d"]
+    assert [a for _, a, _ in sandbox.plan(SPEC, found, runtime, "img")] == ["unchanged"] * 3
+
+
+def test_nodes_made_before_keep_their_label_until_their_peers_change() -> None:
+    runtime = Runtime("runc")
+    node = SPEC.nodes[0]
+    old = sandbox.config_label(sandbox.node_run_args(SPEC, node, runtime, "img", legacy_peers=True))
+    found = {"unit-sbx-a": {"State": "running", "Labels": {"io.mpictl.config": old}}}
+    assert sandbox.plan(SPEC, found, runtime, "img")[0][1] == "unchanged"
+
+
+def test_hosts_text_follows_the_nodes_and_keeps_the_rest() -> None:
+    current = (
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n"
+        "10.90.0.11\ta unit-sbx-a\n10.90.0.12\tb\n10.90.0.14\td\n"
+        "10.90.0.1\thost.containers.internal\n192.168.1.5\tmirror # the site's\n"
+    )
+    got = sandbox.hosts_text(current, "a", SPEC.subnet, {"b": "10.90.0.12", "c": "10.90.0.13"})
+    assert got.splitlines() == [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost",
+        "10.90.0.11\ta unit-sbx-a",
+        "10.90.0.1\thost.containers.internal",
+        "192.168.1.5\tmirror # the site's",
+        "10.90.0.12\tb",
+        "10.90.0.13\tc",
+    ]
+    # already right: the same text, so up writes nothing
+    assert sandbox.hosts_text(got, "a", SPEC.subnet, {"b": "10.90.0.12", "c": "10.90.0.13"}) == got
+
+
 def test_plain_up_keeps_cuda_and_cuda_up_adds_it(tmp_path: Path) -> None:
     runtime = Runtime("runc")
     node = SPEC.nodes[0]
