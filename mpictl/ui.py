@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -57,9 +58,35 @@ console = _Console(highlight=False)
 err_console = _Console(stderr=True, highlight=False)
 
 
+_CHANGED_KEY = "REMOTE HOST IDENTIFICATION HAS CHANGED"
+
+
+def changed_host_key(message: str) -> str | None:
+    """ssh's changed-host-key banner (a re-imaged node) as one line that keeps what it says
+    to do, or None for any other message. The banner alone passes the length of a line."""
+    if _CHANGED_KEY not in message:
+        return None
+    text = " ".join(message.split())
+    seen = re.search(r"key sent by the remote host is (SHA256:[A-Za-z0-9+/=]+)", text)
+    where = re.search(r"Offending \S+ key in (\S+)", text)
+    remove = re.search(r"(ssh-keygen -f \S+ -R \S+)", text)
+    return (
+        "its SSH host key changed (a re-imaged or replaced machine, or someone in between) and is "
+        "never replaced automatically: it now shows "
+        f"{seen.group(1) if seen else 'another key'}; compare that with `ssh-keygen -lf "
+        "/etc/ssh/ssh_host_ed25519_key.pub` on the machine's console, then drop the old key "
+        f"({where.group(1) if where else 'known_hosts'}) with "
+        f"`{remove.group(1) if remove else 'ssh-keygen -R HOST'}`, pin the new one as at first "
+        "contact (`mpictl init` shows how) and run provision again"
+    )
+
+
 def _result_message(res: Any) -> str:
     if not isinstance(res, dict):
         return ""
+    changed = changed_host_key(str(res.get("msg") or ""))
+    if changed is not None:
+        return changed
     parts = [str(res.get("msg") or "").strip()]
     for item in res.get("results") or []:
         if isinstance(item, dict) and item.get("failed"):
@@ -137,7 +164,7 @@ def failure_summary(result: RunResult) -> str:
     for task in result.task_results():
         if task.status in ("failed", "unreachable") and not task.ignore_errors:
             message = _result_message(dict(task.result)).replace("\n", " ")
-            return f"{line}: {task.host}: {task.task}: {message}"[:500]
+            return f"{line}: {task.host}: {task.task}: {message}"[:800]
     error = result.ansible_error
     if error is None:
         return line

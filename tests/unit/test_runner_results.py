@@ -9,6 +9,8 @@ import pytest
 from mpictl.runner import HostStats, RunResult, _stats, iter_task_results
 from mpictl.ui import failure_summary
 
+RECORDINGS = Path(__file__).parents[1] / "data" / "recordings"
+
 
 def event(kind: str, host: str, task: str, **res: object) -> dict[str, object]:
     return {"event": kind, "event_data": {"host": host, "task": task, "res": res}}
@@ -53,6 +55,25 @@ def test_failure_summary_is_one_line_with_the_task_message() -> None:
     line = failure_summary(result(EVENTS))
     assert "\n" not in line
     assert line == "provision failed (rc=2) on: n3: n3: Configure: boom | last line"
+
+
+def test_a_changed_host_key_keeps_what_ssh_says_to_do() -> None:
+    # issue 26: a re-imaged node; ssh's banner (recorded from OpenSSH 9.2, Debian 12) used to
+    # fill the line before its "remove with" part
+    stderr = (RECORDINGS / "ssh" / "changed-host-key.stderr").read_text()
+    events = [event("runner_on_unreachable", "node2", "Gathering Facts", unreachable=True,
+                    msg=f"Failed to connect to the host via ssh: {stderr}")]  # fmt: skip
+    stats = {"node2": HostStats(unreachable=1)}
+    line = failure_summary(RunResult(4, "failed", "id", Path("/tmp/x"), stats, events))
+    assert "\n" not in line and line.startswith(
+        "provision failed (rc=4) on: node2: node2: Gathering Facts: its"
+    )
+    assert "its SSH host key changed (a re-imaged or replaced machine" in line
+    assert "it now shows SHA256:V/S2dQD+7GQZJR4ZZU9k3RnkuBsCMNbXbsZcMWv7iAo;" in line
+    assert line.endswith(
+        '(/tmp/kh_test:1) with `ssh-keygen -f "/tmp/kh_test" -R "[127.0.0.1]:2211"`, pin the new '
+        "one as at first contact (`mpictl init` shows how) and run provision again"
+    )
 
 
 def _printed(events: list[dict]) -> str:
