@@ -73,6 +73,14 @@ def run(
         list[str] | None,
         typer.Option("--exclude", help="Leave out (gitignore pattern; repeatable)."),
     ] = None,
+    chdir: Annotated[
+        str | None,
+        typer.Option(
+            "--chdir",
+            metavar="DIR",
+            help="Every rank starts in DIR, already on every node (a shared filesystem); no copy.",
+        ),
+    ] = None,
     max_workdir_size: Annotated[
         str | None,
         typer.Option(help="Refuse a --workdir larger than this (e.g. 2G, 500M). [default: 2G]"),
@@ -103,6 +111,9 @@ def run(
         raise UsageError("--exclude applies to --workdir")
     if max_workdir_size is not None and workdir is None:
         raise UsageError("--max-workdir-size applies to --workdir")
+    if chdir is not None and workdir is not None:
+        raise UsageError("--chdir and --workdir: one place to start in (--chdir: already on the "
+                         "nodes; --workdir: copied there)")  # fmt: skip
     via = submit.launcher(launcher)
     cluster = load_inventory(inventory_path(inventory))
     options = LaunchOptions(
@@ -116,6 +127,7 @@ def run(
         timeout=timeout,
         oversubscribe=oversubscribe,
         master_port=master_port,
+        chdir=chdir,
     )
     request = submit.JobRequest(
         workdir=None

@@ -29,6 +29,9 @@ LOGIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
 LOGIN_RULE = "letters, digits, '_', '.', '@', '-', not starting with '-' or '.'"
 # A Linux network interface name: 1..15 bytes, no '/', ':', whitespace or control character.
 INTERFACE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
+# A directory on the nodes given on the command line (--chdir): absolute, in the characters
+# every shell, mpirun's --wdir and an #SBATCH line take as they are.
+NODE_PATH = re.compile(r"/[A-Za-z0-9_.@%+=:,~/-]{0,1023}")
 MAX_SHOWN = 200
 
 
@@ -106,6 +109,21 @@ def user_name(what: str, name: Any) -> str:
             "'-', starting with a letter or '_', at most 32)"
         )
     return str(name)
+
+
+def is_node_path(path: Any) -> bool:
+    """An absolute path on the nodes, in plain characters (:data:`NODE_PATH`), without ``..``."""
+    return fullmatch(NODE_PATH, path) and ".." not in str(path).split("/")
+
+
+def node_path(what: str, path: Any) -> str:
+    """An absolute directory path on the nodes, in plain characters, without ``..``."""
+    if not is_node_path(path):
+        raise UsageError(
+            f"{what}: {quoted(path)} is not an absolute path on the nodes (letters, digits and "
+            "_ . @ % + = : , ~ - /, without '..')"
+        )
+    return str(path)
 
 
 def interface_name(what: str, name: Any) -> str:

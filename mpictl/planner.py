@@ -40,6 +40,7 @@ class LaunchOptions:
     oversubscribe: bool = False
     master_port: int = DEFAULT_MASTER_PORT
     wdir: str | None = None  # where every rank starts (the synced workdir's path on the nodes)
+    chdir: str | None = None  # --chdir: a directory already on every node (a shared filesystem)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ def check_numbers(options: LaunchOptions) -> None:
     if options.ppn is not None and options.ppn <= 0:
         raise UsageError(f"--ppn must be a positive number of ranks per node, got {options.ppn}")
     inputs.seconds("--timeout", options.timeout)
+    if options.chdir is not None:
+        inputs.node_path("--chdir", options.chdir)
     if not 0 < options.master_port < 65536:
         raise UsageError(f"--master-port must be a TCP port, got {options.master_port}")
 
@@ -210,6 +213,7 @@ def job_env(
     job_id: str,
     master_addr: str | None,
     transport: Transport | None = None,
+    shared_dir: str = "",
 ) -> list[str]:
     """What every rank gets, as ``NAME=VALUE`` (or a user's bare ``NAME``), whatever launches
     it: the job id, the network's variables, the transport's (``UCX_NET_DEVICES`` where the pml
@@ -219,6 +223,8 @@ def job_env(
     """
     items = [f"MPICTL_JOB_ID={job_id}"]
     user_env = user_names(env)
+    if shared_dir and "MPICTL_SHARED_DIR" not in user_env:  # the site's shared filesystem
+        items.append(f"MPICTL_SHARED_DIR={shared_dir}")
     if transport is not None:
         if transport.pml == "ucx" and transport.ucx_devices and "UCX_NET_DEVICES" not in user_env:
             items.append(f"UCX_NET_DEVICES={transport.ucx_devices}")
@@ -299,14 +305,14 @@ def plan(
     else:
         argv += ["--hostfile", settings.hostfile]
     argv += ["-np", str(where.ranks), "--bind-to", "none", "--map-by", mapping]
-    if options.wdir:
-        argv += ["--wdir", options.wdir]
+    if options.wdir or options.chdir:
+        argv += ["--wdir", options.wdir or options.chdir or ""]
     argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
     transport = job_transport(cluster, where.nodes, network, settings, mca, env)
     argv += mca_args(mca, network, transport)
     argv += ["--tag-output"]
     master = rank0_host(cluster, where.nodes).address
-    for item in job_env(options, env, network, job_id, master, transport):
+    for item in job_env(options, env, network, job_id, master, transport, settings.shared_dir):
         argv += ["-x", item]
     command = rank_command(options, settings)
     return LaunchPlan(

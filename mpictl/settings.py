@@ -17,7 +17,7 @@ from typing import Any
 
 from mpictl import paths
 from mpictl.errors import InventoryError, UsageError
-from mpictl.inputs import quoted, shown, user_name
+from mpictl.inputs import is_node_path, quoted, shown, user_name
 from mpictl.inventory import Cluster
 from mpictl.transport import MODES as TRANSPORT_MODES
 from mpictl.transport import VAR as TRANSPORT_VAR
@@ -50,6 +50,9 @@ class ClusterSettings:
     horovod_python: str = ""
     # mpi_transport: auto, ucx or tcp (mpictl.transport)
     transport: str = "auto"
+    # mpi_shared_dir: a filesystem the site mounts on every node ("" none): jobs get it as
+    # MPICTL_SHARED_DIR, doctor proves it is one filesystem
+    shared_dir: str = ""
 
     @property
     def venv_python(self) -> str:
@@ -139,4 +142,16 @@ def for_cluster(cluster: Cluster) -> ClusterSettings:
     if not isinstance(mode, str) or mode.lower() not in TRANSPORT_MODES:
         modes = ", ".join(TRANSPORT_MODES)
         raise InventoryError(f"{head}: {TRANSPORT_VAR} must be one of {modes}, got {quoted(mode)}")
-    return ClusterSettings(**values, horovod_python=horovod, transport=mode.lower())
+    raw = _template(head_vars.get("mpi_shared_dir", ""), head_vars)
+    shared = raw.rstrip("/") if isinstance(raw, str) else raw
+    if raw != "" and not (shared and is_node_path(shared)):
+        raise InventoryError(
+            f"{head}: mpi_shared_dir must be '' or an absolute path of plain characters "
+            f"(letters, digits and _ . @ % + = : , ~ - /, without '..'), got {quoted(raw)}"
+        )
+    return ClusterSettings(
+        **values,
+        horovod_python=horovod,
+        transport=mode.lower(),
+        shared_dir=shared,
+    )

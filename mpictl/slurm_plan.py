@@ -56,6 +56,7 @@ def _exports(
     net: network.Network | None,
     job_id: str,
     transport: Transport | None = None,
+    shared_dir: str = "",
 ) -> list[str]:
     """``export`` lines of the batch script: the job id, OpenMPI's MCA defaults (as mpirun's
     plan has them, the transport's pml included), the network, torch's rendezvous and the
@@ -66,7 +67,7 @@ def _exports(
     args = planner.mca_args(mca, net, transport)
     for key, value in zip(args[1::3], args[2::3], strict=True):
         lines.append(f"export OMPI_MCA_{key}={shlex.quote(value)}")
-    for item in planner.job_env(options, env, net, job_id, None, transport):
+    for item in planner.job_env(options, env, net, job_id, None, transport, shared_dir):
         name, sep, value = item.partition("=")
         lines.append(f"export {name}={shlex.quote(value)}" if sep else f"export {name}")
     if options.torch and "MASTER_ADDR" not in planner.user_names(env):
@@ -117,12 +118,12 @@ def plan(
     planner.check_numbers(options)
     settings = settings or cluster_settings.for_cluster(cluster)
     flags, where = allocation(cluster, options)
-    if options.wdir:
-        flags.append(f"--chdir={options.wdir}")
+    if options.wdir or options.chdir:
+        flags.append(f"--chdir={options.wdir or options.chdir}")
     mca = planner.parse_mca(options.mca)
     env = planner.parse_env(options.env)
     transport = planner.job_transport(cluster, where.nodes, net, settings, mca, env)
-    exports = _exports(cluster, options, net, job_id, transport)
+    exports = _exports(cluster, options, net, job_id, transport, settings.shared_dir)
     srun = ["srun", "--mpi=pmix", "--label", "--kill-on-bad-exit=1"]
     if options.oversubscribe:
         srun.append("--overcommit")

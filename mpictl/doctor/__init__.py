@@ -25,6 +25,7 @@ from mpictl import network, programs, remote, transport
 from mpictl import settings as cluster_settings
 from mpictl.doctor import health as health_checks
 from mpictl.doctor import rdma as rdma_checks
+from mpictl.doctor import shared as shared_checks
 from mpictl.doctor import slurm as slurm_checks
 from mpictl.doctor.nodes import build_checks, env_checks, ssh_checks
 from mpictl.doctor.report import PROVISION, Check, DoctorReport
@@ -40,9 +41,14 @@ VENV_PROGRAM = "venv_versions.py"  # the probe runs it with the cluster venv's p
 TOOLS = ("smoke_mpi.py", "smoke_horovod.py", "bench_allreduce.py")
 
 
-def probe_spec(cluster: Cluster, settings: ClusterSettings) -> dict[str, Any]:
+def probe_spec(
+    cluster: Cluster, settings: ClusterSettings, shared_token: str = ""
+) -> dict[str, Any]:
     """The probe's argument: whom to reach, and where the roles put things on this cluster."""
     return {
+        # mpi_shared_dir: the token file the head wrote there, which every node reads back
+        "shared_dir": settings.shared_dir,
+        "shared_token": shared_token,
         "slurm": slurm_checks.enabled(cluster),
         "targets": {n.name: n.address for n in cluster.nodes},
         "hostfile": settings.hostfile,
@@ -65,10 +71,10 @@ def cluster_transport(cluster: Cluster, settings: ClusterSettings) -> transport.
 
 
 def collect(
-    cluster: Cluster, head: remote.HeadSSH, settings: ClusterSettings
+    cluster: Cluster, head: remote.HeadSSH, settings: ClusterSettings, shared_token: str = ""
 ) -> dict[str, remote.NodeOutput]:
     """Run the probe on every node, from the head as the MPI user (node name -> output)."""
-    cmd = "python3 - " + shlex.quote(json.dumps(probe_spec(cluster, settings)))
+    cmd = "python3 - " + shlex.quote(json.dumps(probe_spec(cluster, settings, shared_token)))
     by_address = remote.run_on_nodes(
         head,
         [n.address for n in cluster.nodes],
@@ -87,6 +93,7 @@ def evaluate(
     settings: ClusterSettings | None = None,
     slurm: Mapping[str, Any] | None = None,
     health: Mapping[str, Any] | None = None,
+    shared: tuple[str, str] | None = None,
 ) -> DoctorReport:
     """Checks from the probe outputs (node name -> output of the PROBE program)."""
     settings = settings or cluster_settings.for_cluster(cluster)
@@ -105,6 +112,8 @@ def evaluate(
         checks += slurm_checks.checks(cluster, data, slurm, provision)
     if health is not None:  # the health program's answers, as root (None: not asked)
         checks += health_checks.checks(cluster, health, settings, provision)
+    if shared is not None:  # (the token the head wrote in mpi_shared_dir, why it could not)
+        checks += shared_checks.checks(cluster, data, settings, *shared)
     return DoctorReport(checks)
 
 
@@ -126,10 +135,18 @@ def run_doctor(cluster: Cluster) -> DoctorReport:
             ]
         )
     settings = cluster_settings.for_cluster(cluster)
-    probes = collect(cluster, head, settings)
+    shared, name = None, ""
+    if settings.shared_dir:
+        name, token = shared_checks.new_token()
+        shared = (token, shared_checks.write_token(head, settings.shared_dir, name, token))
+    try:
+        probes = collect(cluster, head, settings, name)
+    finally:
+        if shared is not None and not shared[1]:
+            shared_checks.remove_token(head, settings.shared_dir, name)
     slurm = None
     if slurm_checks.enabled(cluster):
         _, data = ssh_checks(cluster, probes, "")
         slurm = slurm_checks.ask_head(head, cluster, data)
     health = health_checks.collect(cluster, settings) if health_checks.enabled(cluster) else None
-    return evaluate(cluster, probes, settings=settings, slurm=slurm, health=health)
+    return evaluate(cluster, probes, settings=settings, slurm=slurm, health=health, shared=shared)

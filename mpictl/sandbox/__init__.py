@@ -262,6 +262,9 @@ def up(inventory: Path, *, cuda: bool = False) -> list[NodeState]:
     for release in sorted({n.os for n, action, _ in steps if action in ("created", "recreated")}):
         ensure_image(release=release)
     podman.ensure_network(spec)
+    if spec.shared:  # world-writable with the sticky bit, as /tmp: every node's users write there
+        spec.shared_host_dir().mkdir(parents=True, exist_ok=True)
+        spec.shared_host_dir().chmod(0o1777)
     key = ensure_key(spec)
     pubkey = key.with_suffix(".pub").read_text()
 

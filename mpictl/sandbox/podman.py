@@ -90,6 +90,8 @@ def node_run_args(
     ]
     if legacy_peers:
         options += peers
+    if spec.shared:  # one host directory in every node: the sandbox's shared filesystem
+        options += ["-v", f"{spec.shared_host_dir()}:{spec.shared}"]
     if cuda is not None:
         real = cuda.resolve()
         options += ["-v", f"{real}:{cuda}:ro"]

@@ -1,7 +1,8 @@
 """What an inventory says about its sandbox: :class:`SandboxSpec` and how it is read.
 
-The sandbox variables (``sandbox_name``, ``sandbox_subnet``, and per host of ``mpi_nodes`` an
-``ansible_port``, a ``sandbox_ip`` and optionally a ``sandbox_os``) are read raw through
+The sandbox variables (``sandbox_name``, ``sandbox_subnet``, optionally ``sandbox_shared_dir``,
+and per host of ``mpi_nodes`` an ``ansible_port``, a ``sandbox_ip`` and optionally a
+``sandbox_os``) are read raw through
 Ansible's inventory API, without templating, so they must be literal values;
 :func:`spec_from_vars` validates them whole (a value with a final newline is refused, not cut)
 before any of them reaches podman. :meth:`SandboxSpec.lock_keys` names what ``up`` and ``down``
@@ -49,6 +50,13 @@ class SandboxSpec:
     name: str
     subnet: str
     nodes: tuple[SandboxNode, ...]
+    # sandbox_shared_dir: where every node mounts one host directory (a shared filesystem, as a
+    # site's NFS or Lustre would be; "" none)
+    shared: str = ""
+
+    def shared_host_dir(self) -> Path:
+        """The host directory behind ``shared``: every node's view of it is this one directory."""
+        return self.state_dir() / "shared"
 
     def container(self, node: SandboxNode | str) -> str:
         host = node if isinstance(node, str) else node.name
@@ -132,14 +140,21 @@ def spec_from_vars(
     if not isinstance(subnet, ipaddress.IPv4Network) or subnet.num_addresses < 8:
         raise InventoryError(f"{inv}: sandbox_subnet must be an IPv4 network of /29 or wider")
     gateway = next(subnet.hosts())
+    shared = _literal(first.get("sandbox_shared_dir", ""), where=inv, var="sandbox_shared_dir")
+    if shared != "" and not inputs.is_node_path(shared):
+        raise InventoryError(
+            f"{inv}: sandbox_shared_dir must be '' or an absolute path of plain characters "
+            f"(got {quoted(shared)})"
+        )
     nodes: list[SandboxNode] = []
     ports: dict[int, str] = {}
     ips: dict[str, str] = {}
     for host in hosts:
         hv = host_vars[host]
         where = f"{inv}: host {shown(host)}"
-        for var, value in (("sandbox_name", name), ("sandbox_subnet", subnet_raw)):
-            if hv.get(var) != value:
+        same = (("sandbox_name", name), ("sandbox_subnet", subnet_raw))
+        for var, value in (*same, ("sandbox_shared_dir", shared)):
+            if hv.get(var, "") != value:
                 raise InventoryError(f"{where}: {var} differs from the other nodes'")
         if not _NAME_RE.fullmatch(host):
             raise InventoryError(f"{where}: host name unusable as a container host name")
@@ -176,7 +191,7 @@ def spec_from_vars(
         ports[port] = host
         ips[str(ip)] = host
         nodes.append(SandboxNode(name=host, ssh_port=port, ip=str(ip), os=str(os_raw)))
-    return SandboxSpec(name=name, subnet=str(subnet), nodes=tuple(nodes))
+    return SandboxSpec(name=name, subnet=str(subnet), nodes=tuple(nodes), shared=str(shared))
 
 
 def _port(value: Any) -> int | None:

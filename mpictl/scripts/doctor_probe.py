@@ -257,6 +257,32 @@ def slurm_node() -> dict[str, Any]:
     return out
 
 
+def mount_of(path: str, mounts: str) -> list[str]:
+    """[mount point, file system type, source] of the mount that holds ``path`` (/proc/mounts)."""
+    best = ["", "", ""]
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = [point, fields[2], fields[0]]
+    return best
+
+
+def shared(directory: str, token_file: str) -> dict[str, Any]:
+    """mpi_shared_dir as this node sees it: the token the head wrote there (the same filesystem
+    shows it), whether the MPI user may write there, and the mount that holds it."""
+    out: dict[str, Any] = {"dir": os.path.isdir(directory)}
+    if not out["dir"]:
+        return out
+    out["token"] = read_text(os.path.join(directory, token_file))
+    out["writable"] = os.access(directory, os.W_OK | os.X_OK)
+    out["mount"] = mount_of(os.path.realpath(directory), read_text("/proc/mounts") or "")
+    return out
+
+
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     versions: dict[str, Any] = {}
     out: dict[str, Any] = {
@@ -285,6 +311,8 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     out["tools"] = {p: os.path.exists(p) for p in spec["tools"]}
     if spec.get("slurm"):
         out["slurm"] = slurm_node()
+    if spec.get("shared_dir"):
+        out["shared"] = shared(spec["shared_dir"], spec["shared_token"])
     return out
 
 
