@@ -67,14 +67,15 @@ def changed_host_key(message: str) -> str | None:
     if _CHANGED_KEY not in message:
         return None
     text = " ".join(message.split())
-    seen = re.search(r"key sent by the remote host is (SHA256:[A-Za-z0-9+/=]+)", text)
+    seen = re.search(r"for the (\w+) key sent by the remote host is (SHA256:[A-Za-z0-9+/=]+)", text)
+    kind = seen.group(1).lower() if seen else "ed25519"
     where = re.search(r"Offending \S+ key in (\S+)", text)
     remove = re.search(r"(ssh-keygen -f \S+ -R \S+)", text)
     return (
         "its SSH host key changed (a re-imaged or replaced machine, or someone in between) and is "
         "never replaced automatically: it now shows "
-        f"{seen.group(1) if seen else 'another key'}; compare that with `ssh-keygen -lf "
-        "/etc/ssh/ssh_host_ed25519_key.pub` on the machine's console, then drop the old key "
+        f"{seen.group(2) if seen else 'another key'}; compare that with `ssh-keygen -lf "
+        f"/etc/ssh/ssh_host_{kind}_key.pub` on the machine's console, then drop the old key "
         f"({where.group(1) if where else 'known_hosts'}) with "
         f"`{remove.group(1) if remove else 'ssh-keygen -R HOST'}`, pin the new one as at first "
         "contact (`mpictl init` shows how) and run provision again"

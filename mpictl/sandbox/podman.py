@@ -128,12 +128,13 @@ def node_run_args(
 
 
 def hosts_text(current: str, own: str, subnet: str, peers: Mapping[str, str]) -> str:
-    """A node's ``/etc/hosts`` with the sandbox's other nodes as ``peers`` says (name -> ip):
-    lines of other addresses in the sandbox's subnet go (a removed or renamed node), the node's
-    own line, the gateway's (``host.containers.internal``) and everything else stay, the peers
-    come last in their order."""
+    """A node's ``/etc/hosts`` with the sandbox's other nodes as ``peers`` says (name -> ip).
+    Where its entries in the sandbox's subnet already are those (in whatever order podman wrote
+    them: its ``--add-host`` lines come first), the text is returned as it is. Otherwise lines of
+    other addresses in the subnet go (a removed or renamed node), the node's own line, the
+    gateway's (``host.containers.internal``) and everything else stay, and the peers come last."""
     net = ipaddress.ip_network(subnet, strict=False)
-    kept = []
+    kept, seen = [], set()
     for line in current.splitlines():
         fields = line.split("#", 1)[0].split()
         try:
@@ -142,8 +143,11 @@ def hosts_text(current: str, own: str, subnet: str, peers: Mapping[str, str]) ->
             address = None
         inside = address is not None and address in net and address != net.network_address + 1
         if inside and own not in fields[1:]:
+            seen.add((fields[0], tuple(fields[1:])))
             continue
         kept.append(line)
+    if seen == {(ip, (name,)) for name, ip in peers.items()}:
+        return current
     return "\n".join([*kept, *(f"{ip}\t{name}" for name, ip in peers.items())]) + "\n"
 
 

@@ -19,6 +19,8 @@ import urllib.request
 from typing import Any
 
 TIMEOUT = 10
+# Prometheus is on the cluster network: never through a proxy that /etc/environment may set
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def read_config(path: str) -> tuple[dict[str, Any], str]:
@@ -38,7 +40,7 @@ def read_config(path: str) -> tuple[dict[str, Any], str]:
 def query(url: str, promql: str) -> list[list[Any]]:
     """``[[node, value], ...]`` of one instant query; raises OSError or ValueError."""
     full = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
-    with urllib.request.urlopen(full, timeout=TIMEOUT) as resp:  # noqa: S310 - the role's own URL
+    with OPENER.open(full, timeout=TIMEOUT) as resp:  # the role's own URL
         body = json.loads(resp.read().decode())
     if body.get("status") != "success":
         raise ValueError(str(body.get("error") or body.get("status")))
@@ -99,9 +101,10 @@ def main(argv: list[str]) -> int:
                 report["results"][name] = query(config["prometheus"], promql)
             except urllib.error.HTTPError as exc:  # it answered: this query is refused
                 report["query_errors"][name] = f"HTTP {exc.code}: {api_error(exc)}"
-            except urllib.error.URLError as exc:
+            except (urllib.error.URLError, TimeoutError) as exc:  # no answer: no more queries
                 url = config["prometheus"]
-                report["error"] = f"Prometheus at {url} does not answer: {exc.reason}"
+                why = getattr(exc, "reason", None) or exc
+                report["error"] = f"Prometheus at {url} does not answer: {why}"
                 break
             except (OSError, ValueError) as exc:
                 report["query_errors"][name] = str(exc)

@@ -32,9 +32,10 @@ its source, "warning: CHECK: why" (a check never passes silently). --json prints
 default the short host name) with "mpictl-health: CHECK: what" as its reason, and resumes it when
 the checks pass again, but only a drain it set itself: an operator's drain is left alone.
 --prolog (Slurm's Prolog, slurm_health_prolog): the same, and exit 1 when a check failed, so that
-Slurm requeues the job instead of starting it on this node. Slurm then drains the node with its
-own reason ("Prolog error"); the state file remembers that this program's prolog failed, so the
-next health check puts the failed check back as the reason, and resumes the node once it passes.
+Slurm requeues the job instead of starting it on this node (a node that passes asks Slurm
+nothing). Where Slurm drains the node with its own reason ("Prolog error") instead of keeping
+this program's, the state file remembers that this program's prolog failed, so the next health
+check puts the failed check back as the reason, and resumes the node once it passes.
 --dcgm adds NVIDIA DCGM's diagnostic (a minute or so at level 1: for the prolog, not every check).
 A new XID error keeps failing until `--ack-xid` (after the GPU is reset or replaced) or a reboot.
 Exit 0: healthy (warnings allowed); 1: a check failed; 2: the config cannot be read.
@@ -266,7 +267,7 @@ def write_state(path: str, state: dict[str, Any]) -> str:
     """'' or why the state could not be written."""
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = path + ".tmp"
+        tmp = f"{path}.{os.getpid()}.tmp"  # prologs and the periodic check may write at once
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(state, fh)
         os.replace(tmp, path)
@@ -345,8 +346,8 @@ def xids(cfg: dict[str, Any], report: Report) -> None:
         return
     state = read_state(cfg["state"])
     boot = boot_id()
-    if state.get("boot_id") != boot:
-        state = {"boot_id": boot}
+    if state.get("boot_id") != boot:  # a reboot clears the XIDs, not a failed prolog's drain
+        state = {"boot_id": boot, "prolog_drain": bool(state.get("prolog_drain"))}
     upto = float(state.get("xid_upto", -1.0))
     rows = stamped(lines)
     if rows and rows[-1][0] < upto:  # the timestamps went back (a log from elsewhere): all of it
@@ -496,22 +497,35 @@ def slurm_node_state(cfg: dict[str, Any], node: str) -> tuple[str, str, str]:
     return (state.group(1) if state else ""), (reason.group(1) if reason else ""), ""
 
 
+def set_prolog_drain(cfg: dict[str, Any], value: bool) -> None:
+    """Remember (or forget) that this program's prolog failed on the node: Slurm's "Prolog
+    error" drain that follows is this program's to take back."""
+    saved = read_state(cfg["state"])
+    if bool(saved.get("prolog_drain")) != value:
+        write_state(cfg["state"], {**saved, "prolog_drain": value})
+
+
 def slurm(cfg: dict[str, Any], report: Report, prolog: bool = False) -> int:
     """--slurm (Slurm's HealthCheckProgram): drain this node with the first failure as its
     reason; resume it when the checks pass again, but only from a drain of its own (MARK, or
-    the prolog's: see --prolog). --prolog: exit 1 when a check failed (the job is requeued)."""
+    the prolog's: see --prolog). --prolog: exit 1 when a check failed (the job is requeued);
+    a node that passes is in service (a job was allocated to it): nothing is asked of Slurm."""
+    if prolog and not report.failed:
+        set_prolog_drain(cfg, False)
+        return 0
     node = cfg["slurm_node"] or os.uname().nodename.split(".")[0]
     state, reason, why = slurm_node_state(cfg, node)
     if why:
         print(f"node_health: {why}", file=sys.stderr)
+        if prolog:  # failed checks: the job must not start here, whatever Slurm answers
+            set_prolog_drain(cfg, True)
         return 1
-    saved = read_state(cfg["state"])
-    by_prolog = reason.split(" [")[0] == PROLOG_REASON and bool(saved.get("prolog_drain"))
+    by_prolog = reason.split(" [")[0] == PROLOG_REASON and bool(
+        read_state(cfg["state"]).get("prolog_drain")
+    )
     ours = reason.startswith(MARK) or by_prolog
     drained = "DRAIN" in state
-    failed = 1 if prolog and report.failed else 0
-    if prolog and bool(saved.get("prolog_drain")) != bool(report.failed):
-        write_state(cfg["state"], {**saved, "prolog_drain": bool(report.failed)})
+    failed = 1 if prolog else 0  # only failed checks get here in --prolog
     if report.failed:
         name, detail = report.failed[0]
         more = f" (+{len(report.failed) - 1} more)" if len(report.failed) > 1 else ""
@@ -519,6 +533,8 @@ def slurm(cfg: dict[str, Any], report: Report, prolog: bool = False) -> int:
         if drained and not ours:
             print(f"node_health: {node} is drained by someone else ({reason}); left as it is")
             return failed
+        if prolog:  # Slurm drains it again as "Prolog error" after this exits 1
+            set_prolog_drain(cfg, True)
         if drained and reason.split(" [")[0] == text:
             return failed
         cmd = [cfg["scontrol"], "update", f"NodeName={node}", "State=DRAIN", f"Reason={text}"]
@@ -526,8 +542,7 @@ def slurm(cfg: dict[str, Any], report: Report, prolog: bool = False) -> int:
     elif drained and ours:
         cmd = [cfg["scontrol"], "update", f"NodeName={node}", "State=RESUME"]
         action = f"resumed {node} (was: {reason})"
-        if saved.get("prolog_drain"):
-            write_state(cfg["state"], {**saved, "prolog_drain": False})
+        set_prolog_drain(cfg, False)
     else:
         return 0
     rc, out = run(cmd, 30)

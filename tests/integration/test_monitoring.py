@@ -6,6 +6,8 @@ and the next provision (the short path sees the stopped unit) starts it again.""
 from __future__ import annotations
 
 import json
+import socket
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +49,16 @@ def test_exporters_and_prometheus_listen_on_the_cluster_address_only(cluster: Cl
     for node in cluster.nodes:
         proc = ssh(node, "cat /proc/net/tcp")
         listening = {
-            line.split()[1] for line in proc.stdout.splitlines()[1:] if line.split()[3] == "0A"
+            (int(port, 16), socket.inet_ntoa(struct.pack("<I", int(address, 16))))
+            for address, port, state in (
+                (f[1].split(":")[0], f[1].split(":")[1], f[3])
+                for f in (line.split() for line in proc.stdout.splitlines()[1:])
+            )
+            if state == "0A" and int(port, 16) in (9090, 9100)
         }
-        ports = {addr.rsplit(":", 1)[1]: addr.rsplit(":", 1)[0] for addr in listening}
-        assert "238C" in ports, f"{node.name}: no exporter on 9100: {sorted(listening)}"
-        # 00000000 is 0.0.0.0, 0100007F 127.0.0.1: neither, the node's own cluster address
-        assert ports["238C"] not in ("00000000", "0100007F"), (node.name, listening)
-        if node is cluster.head:
-            assert ports.get("2382") not in (None, "00000000", "0100007F"), listening
+        ip = str(node.vars.get("sandbox_ip"))
+        want = {(9100, ip)} | ({(9090, ip)} if node is cluster.head else set())
+        assert listening == want, (node.name, listening)
 
 
 def test_status_shows_every_node_up_with_its_numbers(cluster: Cluster) -> None:

@@ -278,10 +278,11 @@ def test_a_node_failing_its_health_check_is_drained_with_the_check_and_resumed(
 def test_with_the_prolog_a_job_never_starts_on_a_failing_node(
     cluster: Cluster, source_vars: dict[str, Any]
 ) -> None:
-    # issue 27: slurm_health_prolog; no periodic checks here, so only the prolog sees the node
+    # issue 27: slurm_health_prolog; the periodic check hourly here, so only the prolog sees
+    # the node break, and the test runs the periodic check itself after the repair
     node2 = cluster.nodes[1]
-    on = provision_run(cluster.source, {**source_vars, "slurm_health_prolog": True},
-                       tags="health,slurm")  # fmt: skip
+    prolog = {**source_vars, "slurm_health_prolog": True, "slurm_health_check_interval": 3600}
+    on = provision_run(cluster.source, prolog, tags="health,slurm")
     assert on.ok, on.stats
     hostfile = "/etc/mpictl/hostfile"
     marker = "/tmp/mpictl-prolog-test-ran"
@@ -296,13 +297,19 @@ def test_with_the_prolog_a_job_never_starts_on_a_failing_node(
             lambda: (lambda s: s if s.startswith("drain") else "")(node_line(cluster, node2.name)),
         )
         assert "Prolog error" in line or "mpictl-health: environment: the hostfile" in line, line
-        queued = ssh_mpi(cluster.head, f"squeue -h -j {slurm_id} -o %T").stdout.strip()
-        assert queued == "PENDING", queued  # requeued, not held, and never ran
+        queued = ssh_mpi(cluster.head, f"squeue -h -j {slurm_id} -o '%T %r'").stdout.split()
+        assert queued[0] == "PENDING" and "Held" not in queued[1], queued  # requeued, not held
         assert ssh(node2, f"test -e {marker}").returncode != 0
         # repaired: the next health check (run here by hand) resumes the node, and the job runs
         assert ssh(node2, f"mv {hostfile}.away {hostfile}").returncode == 0
         assert ssh(node2, "/opt/mpictl/sbin/mpictl-health-slurm").returncode == 0
-        wait_for("the job done", lambda: ssh(node2, f"test -e {marker}").returncode == 0)
+        # Slurm holds a requeued job back for CredExpire + 1 s (121 s by default)
+        wait_for(
+            "the job done",
+            lambda: ssh(node2, f"test -e {marker}").returncode == 0,
+            timeout=240,
+            every=5,
+        )
         assert node_line(cluster, node2.name).startswith(("idle", "mixed", "allocated")), node_line(
             cluster, node2.name
         )

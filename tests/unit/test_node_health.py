@@ -451,14 +451,26 @@ def test_the_prolog_fails_a_bad_node_and_the_health_check_takes_slurms_drain_bac
 
 
 def test_a_healthy_prolog_passes_and_never_takes_another_prologs_drain(tmp_path: Path) -> None:
-    proc = prolog_run(tmp_path, scontrol(tmp_path, "ALLOCATED"))
-    assert proc.returncode == 0 and updates(tmp_path) == []
+    # a node that passes asks Slurm nothing: a busy slurmctld never fails a healthy node's prolog
+    proc = prolog_run(tmp_path, scontrol(tmp_path, "ALLOCATED", rc=1))
+    assert proc.returncode == 0 and not (tmp_path / "scontrol.log").exists()
     # "Prolog error" without a failure of this program's prolog (another prolog of the site)
     slurm_run(tmp_path, scontrol(tmp_path, "IDLE+DRAIN", "Prolog error"))
     assert updates(tmp_path) == []
-    # an operator's drain: the job is still refused while the node is bad
+    # an operator's drain: the job is still refused while the node is bad, and a "Prolog
+    # error" that follows is not this program's to resume
     proc = prolog_run(tmp_path, scontrol(tmp_path, "MIXED+DRAIN", "ticket 4711"), hostfile="/gone")
     assert proc.returncode == 1 and updates(tmp_path) == []
+    slurm_run(tmp_path, scontrol(tmp_path, "IDLE+DRAIN", "Prolog error"))
+    assert updates(tmp_path) == []
+
+
+def test_a_failing_prolog_fails_even_when_slurm_does_not_answer(tmp_path: Path) -> None:
+    proc = prolog_run(tmp_path, scontrol(tmp_path, "IDLE", rc=1), hostfile="/gone")
+    assert proc.returncode == 1 and updates(tmp_path) == []
+    # the "Prolog error" drain Slurm then sets is taken back once the node is repaired
+    slurm_run(tmp_path, scontrol(tmp_path, "IDLE+DRAIN", "Prolog error"))
+    assert updates(tmp_path) == ["update NodeName=node2 State=RESUME"]
 
 
 # --- dcgmi diag (--dcgm, the prolog's) ------------------------------------------------------------

@@ -365,8 +365,12 @@ def test_hosts_text_follows_the_nodes_and_keeps_the_rest() -> None:
         "10.90.0.12\tb",
         "10.90.0.13\tc",
     ]
-    # already right: the same text, so up writes nothing
-    assert sandbox.hosts_text(got, "a", SPEC.subnet, {"b": "10.90.0.12", "c": "10.90.0.13"}) == got
+    # already right: the same text, so up writes nothing, also in the order podman writes a new
+    # node's file (its --add-host lines first)
+    peers = {"b": "10.90.0.12", "c": "10.90.0.13"}
+    assert sandbox.hosts_text(got, "a", SPEC.subnet, peers) == got
+    podman_made = "10.90.0.12\tb\n10.90.0.13\tc\n127.0.0.1\tlocalhost\n10.90.0.11\ta unit-sbx-a\n"
+    assert sandbox.hosts_text(podman_made, "a", SPEC.subnet, peers) == podman_made
 
 
 def test_plain_up_keeps_cuda_and_cuda_up_adds_it(tmp_path: Path) -> None:
