@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from mpictl import paths, provision, runner
+from mpictl.inventory import Cluster, load_inventory
 from tests.integration import stub_libcuda
 from tests.integration.nodes import ROOT, clone_sandbox_inventory
 
@@ -116,6 +117,12 @@ def first_provision(inventory: Path, source_vars: dict[str, Any]) -> runner.RunR
     result = provision_run(inventory, source_vars)
     assert result.ok, describe_failures(result)
     return result
+
+
+@pytest.fixture(scope="module")
+def cluster(inventory: Path, first_provision: runner.RunResult) -> Cluster:
+    """The provisioned sandbox as a Cluster (facts of the first provision loaded)."""
+    return load_inventory(inventory)
 
 
 @pytest.fixture(scope="session")

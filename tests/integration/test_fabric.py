@@ -22,17 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from mpictl.inventory import Cluster
 from tests.integration.conftest import IT_NAME
-from tests.integration.nodes import load
 from tests.integration.test_jobs import mpictl
-
-
-@pytest.fixture(scope="module")
-def cluster(inventory: Path, first_provision: object) -> Cluster:
-    return load(inventory)
 
 
 def fabric(inventory: Path, *args: str) -> tuple[int, dict[str, Any]]:

@@ -21,15 +21,9 @@ import pytest
 
 from mpictl import smoke
 from mpictl.inventory import Cluster
-from tests.integration.nodes import HOLD, ROOT, load, ssh
+from tests.integration.nodes import HOLD, ROOT, ssh
 
 VENV_PY = "/opt/mpictl/venv/bin/python"
-
-
-@pytest.fixture(scope="module")
-def cluster(inventory: Path, first_provision: object) -> Cluster:
-    """The provisioned sandbox as a Cluster (facts of the first provision loaded)."""
-    return load(inventory)
 
 
 def mpictl(

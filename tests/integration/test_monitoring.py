@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 import socket
 import struct
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mpictl.inventory import Cluster
 from tests.integration.conftest import describe_failures, provision_run
-from tests.integration.nodes import load, run_cli, ssh
+from tests.integration.nodes import run_cli, ssh
 from tests.integration.test_slurm import wait_for
 
 ASK_UP = (
@@ -25,11 +22,6 @@ ASK_UP = (
     'u = c["prometheus"] + "/api/v1/query?" + q; '
     "print(urllib.request.urlopen(u, timeout=10).read().decode())'"
 )
-
-
-@pytest.fixture(scope="module")
-def cluster(inventory: Path, first_provision: object) -> Cluster:
-    return load(inventory)
 
 
 def status_json(cluster: Cluster) -> tuple[int, dict[str, Any], str]:

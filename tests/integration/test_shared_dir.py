@@ -16,12 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from mpictl import sandbox
 from mpictl.inventory import Cluster
 from mpictl.sandbox import podman
-from tests.integration.nodes import load, run_cli
+from tests.integration.nodes import run_cli
 from tests.integration.test_jobs import VENV_PY
 
 SHARED = "/shared"
@@ -30,11 +28,6 @@ RUN_WORLD_SUITES = (
     "sys.argv = ['test_io.py', '-v', 'TestIOBasicWorld']; "
     "runpy.run_path('test_io.py', run_name='__main__')"
 )
-
-
-@pytest.fixture(scope="module")
-def cluster(inventory: Path, first_provision: object) -> Cluster:
-    return load(inventory)
 
 
 @contextmanager

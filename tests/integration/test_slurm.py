@@ -7,23 +7,15 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mpictl import jobs
 from mpictl.inventory import Cluster
 from tests.integration.conftest import provision_run
-from tests.integration.nodes import load, ssh, ssh_mpi
+from tests.integration.nodes import ssh, ssh_mpi
 from tests.integration.test_jobs import VENV_PY, job_id_of, leftovers, mpictl
 
 ALLREDUCE = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('sum', c.allreduce(c.rank + 1))"
-
-
-@pytest.fixture(scope="module")
-def cluster(inventory: Path, first_provision: object) -> Cluster:
-    return load(inventory)
 
 
 def sinfo_nodes(cluster: Cluster) -> dict[str, dict[str, str]]:

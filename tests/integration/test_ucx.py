@@ -14,19 +14,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from mpictl.inventory import Cluster
-from tests.integration.nodes import HOLD, load, run_cli, ssh_mpi
+from tests.integration.nodes import HOLD, run_cli, ssh_mpi
 
 SEED = "/opt/mpictl/share/jobs/smoke_mpi.py"
 VENV_PY = "/opt/mpictl/venv/bin/python"
-
-
-@pytest.fixture(scope="module")
-def cluster(inventory: Path, first_provision: object) -> Cluster:
-    return load(inventory)
 
 
 def mpictl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

@@ -12,11 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from mpictl.inventory import Cluster
 from tests.integration.conftest import provision_run
-from tests.integration.nodes import HOLD, ROOT, load, run_cli, ssh, ssh_mpi
+from tests.integration.nodes import HOLD, ROOT, run_cli, ssh, ssh_mpi
 
 TRAIN = """\
 import json, os, socket
@@ -26,11 +24,6 @@ print(json.dumps({"host": socket.gethostname(), "cwd": os.getcwd(), "rows": len(
                   "ignored_here": os.path.exists("secret.log"),
                   "link_here": os.path.lexists("outside")}), flush=True)
 """
-
-
-@pytest.fixture(scope="module")
-def cluster(inventory: Path, first_provision: object) -> Cluster:
-    return load(inventory)
 
 
 def ok(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
