@@ -27,8 +27,9 @@ NODES = ["node1", "node2", "node3"]
 # all of them.)
 SHORT_PATH_SKIPS = (
     "Install iproute2 where the node lacks ip",
-    "Create the MPI user and install the cluster key where the node differs",
+    "Create the MPI user and give it the node's own key pair where the node differs",
     "Write the pinned host keys of every node",
+    "Write who may log in as the MPI user",
     "Write the MPI user's ssh client configuration",
     "Verify passwordless SSH between the nodes",
     "Write the hostfile of the whole cluster",

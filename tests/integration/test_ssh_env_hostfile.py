@@ -7,6 +7,8 @@
   find the same mpirun and venv python, with the contributed directories once each, in order;
 - a second provision changes nothing in these roles;
 - a node whose host key changed is refused, and re-provisioning recovers;
+- each node has its own key pair; a node left out of the inventory can no longer log in to the
+  others (issue 26), and comes back with the inventory;
 - the private key never appears in any output or runner artifact; file modes; the host key
   policy is never ``no`` unless asked;
 - bad variables fail with a one-line message before any node is touched.
@@ -321,6 +323,38 @@ def test_changed_host_key_is_refused_then_recovered(
     assert result.ok, describe_failures(result)
     targets = targets_of(cluster, ips)
     assert mesh_report(a, targets) == {t: "OK" for t in targets}
+
+
+def test_a_node_left_out_of_the_inventory_can_no_longer_log_in_to_the_others(
+    cluster: Cluster, inventory: Path, ips: dict[str, str], tmp_path: Path
+) -> None:
+    # issue 26: every node held the one cluster key, so a removed node kept a working login; now
+    # each node has its own key pair and authorized_keys lists the inventory's nodes only
+    from mpictl import sandbox
+    from tests.integration.conftest import IT_NAME, IT_PORT_BASE, IT_SUBNET
+
+    keys = {
+        n.name: root(n, "ssh-keygen -y -f /home/mpi/.ssh/id_ed25519").split()[1]
+        for n in cluster.nodes
+    }
+    assert len(set(keys.values())) == len(keys), keys
+    assert cluster_key().with_suffix(".pub").read_text().split()[1] not in keys.values()
+    a, b, gone = cluster.nodes
+    smaller = sandbox.clone_inventory(tmp_path / "inv2", IT_NAME, IT_SUBNET, IT_PORT_BASE, 2)
+    try:
+        _, result = provision.provision(smaller, playbook="ssh.yml")
+        assert result.ok, describe_failures(result)
+        assert keys[gone.name] not in root(a, "cat /home/mpi/.ssh/authorized_keys")
+        # what node3 kept (its key, its known_hosts) no longer logs in; the others still do
+        report = mesh_report(gone, [a.name, b.name, ips[a.name]])
+        for target, status in report.items():
+            assert status.startswith("FAIL") and "Permission denied" in status, (target, status)
+        assert mesh_report(a, [b.name, ips[b.name]]) == {b.name: "OK", ips[b.name]: "OK"}
+    finally:
+        _, back = provision.provision(inventory, playbook="ssh.yml")
+    assert back.ok, describe_failures(back)
+    targets = targets_of(cluster, ips)
+    assert mesh_report(gone, targets) == {t: "OK" for t in targets}
 
 
 @pytest.mark.parametrize(

@@ -27,26 +27,26 @@ def probe(script: str, args: dict[str, Any], env: dict[str, str] | None = None) 
     return json.loads(proc.stdout)
 
 
+def ssh_mesh_args(home: Path, known: Path, user: str = "no-such-user-mpictl") -> dict[str, Any]:
+    return {
+        "user": user,
+        "group": "no-such-group-mpictl",
+        "home": str(home),
+        "known_hosts": str(known),
+    }
+
+
 def test_ssh_mesh_probe_describes_files_by_mode_owner_and_checksum(tmp_path: Path) -> None:
     me = pwd.getpwuid(os.getuid())
     ssh_dir = tmp_path / ".ssh"
     ssh_dir.mkdir(mode=0o700)
     (ssh_dir / "id_ed25519").write_text("PRIVATE\n")
     (ssh_dir / "id_ed25519").chmod(0o600)
-    authorized = "ssh-ed25519 OTHER x\nssh-ed25519 AAAA mpictl-cluster\n"
+    authorized = "ssh-ed25519 OTHER x\nssh-ed25519 AAAA mpictl-controller\n"
     (ssh_dir / "authorized_keys").write_text(authorized)
     known = tmp_path / "known_hosts"
     known.write_text("node1 ssh-ed25519 AAAA\n")
-    out = probe(
-        "roles/ssh_mesh/files/node_state.py",
-        {
-            "user": me.pw_name,
-            "group": "no-such-group-mpictl",
-            "home": str(tmp_path),
-            "known_hosts": str(known),
-            "public_key": "ssh-ed25519 AAAA mpictl-cluster",
-        },
-    )
+    out = probe("roles/ssh_mesh/files/node_state.py", ssh_mesh_args(tmp_path, known, me.pw_name))
     assert out["ssh_dir"] == {"mode": "0700", "uid": os.getuid(), "gid": os.getgid()}
     assert out["private_key"] == {
         "mode": "0600",
@@ -54,8 +54,10 @@ def test_ssh_mesh_probe_describes_files_by_mode_owner_and_checksum(tmp_path: Pat
         "gid": os.getgid(),
         "sha256": hashlib.sha256(b"PRIVATE\n").hexdigest(),
     }
-    assert out["public_key"] is None  # missing: the role must install it
-    assert out["authorized"] is True
+    assert out["public_key"] is None  # missing: the role must write it
+    # not a key ssh-keygen can read: no node key, so the role makes one
+    assert out["node_key"] == "" and out["public_key_matches"] is False
+    assert out["authorized_keys"]["sha256"] == hashlib.sha256(authorized.encode()).hexdigest()
     assert out["known_hosts"]["sha256"] == hashlib.sha256(b"node1 ssh-ed25519 AAAA\n").hexdigest()
     assert out["config"] is None
     assert out["group_gid"] is None
@@ -63,22 +65,27 @@ def test_ssh_mesh_probe_describes_files_by_mode_owner_and_checksum(tmp_path: Pat
         assert out["account"]["uid"] == os.getuid() and out["account"]["home"] == me.pw_dir
 
 
-def test_ssh_mesh_probe_sees_a_missing_authorization(tmp_path: Path) -> None:
-    (tmp_path / ".ssh").mkdir()
-    (tmp_path / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA mpictl-cluster extra\n")
-    out = probe(
-        "roles/ssh_mesh/files/node_state.py",
-        {
-            "user": "no-such-user-mpictl",
-            "group": "no-such-group-mpictl",
-            "home": str(tmp_path),
-            "known_hosts": str(tmp_path / "none"),
-            "public_key": "ssh-ed25519 AAAA mpictl-cluster",
-        },
+def test_ssh_mesh_probe_reads_the_public_half_of_the_nodes_own_key(tmp_path: Path) -> None:
+    ssh_dir = tmp_path / ".ssh"
+    ssh_dir.mkdir(mode=0o700)
+    key = ssh_dir / "id_ed25519"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "mpi@node1", "-f", str(key)],
+        check=True,
     )
+    made = (ssh_dir / "id_ed25519.pub").read_text().split()
+    out = probe("roles/ssh_mesh/files/node_state.py", ssh_mesh_args(tmp_path, tmp_path / "none"))
     assert out["account"] is None
-    assert out["authorized"] is False  # a line that merely contains the key does not count
-    assert out["known_hosts"] is None
+    assert out["node_key"] == " ".join(made[:2])  # type and key, no comment
+    assert out["public_key_matches"] is True
+    assert out["authorized_keys"] is None and out["known_hosts"] is None
+
+    # a .pub file that is not the private key's public half does not count
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    (ssh_dir / "id_ed25519.pub").write_text((tmp_path / "other.pub").read_text())
+    out = probe("roles/ssh_mesh/files/node_state.py", ssh_mesh_args(tmp_path, tmp_path / "none"))
+    assert out["node_key"] == " ".join(made[:2]) and out["public_key_matches"] is False
 
 
 def test_horovod_probe_reads_venv_record_dists_and_markers(tmp_path: Path) -> None:

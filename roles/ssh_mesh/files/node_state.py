@@ -1,6 +1,7 @@
 """What the ssh_mesh role manages on a node, read in one round trip (run by the node's python3
 with one JSON argument; prints one JSON object). Reads only; changes nothing. Files are described
-by mode, owner and sha256, never by content (the private key stays on the node)."""
+by mode, owner and sha256, never by content: the private key never leaves the node; of the
+node's own key pair only the public half is reported."""
 
 import glob
 import grp
@@ -43,11 +44,37 @@ except KeyError:
     group_gid = None
 
 ssh_dir = os.path.join(args["home"], ".ssh")
-try:
-    with open(os.path.join(ssh_dir, "authorized_keys"), encoding="utf-8") as handle:
-        authorized = args["public_key"] in handle.read().splitlines()
-except OSError:
-    authorized = False
+
+
+def key_words(text):
+    """An OpenSSH public key line without its comment: type and key."""
+    return " ".join(text.split()[:2])
+
+
+def node_key():
+    """The public half of the node's own key pair, derived from the private key itself (the .pub
+    file could disagree with it), without a comment; '' when there is no usable private key."""
+    private = os.path.join(ssh_dir, "id_ed25519")
+    if not os.path.isfile(private):
+        return ""
+    try:
+        proc = subprocess.run(
+            ["ssh-keygen", "-y", "-f", private], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return key_words(proc.stdout) if proc.returncode == 0 else ""
+
+
+def public_file_words():
+    try:
+        with open(os.path.join(ssh_dir, "id_ed25519.pub"), encoding="utf-8") as handle:
+            return key_words(handle.read())
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+derived = node_key()
 
 host_keys = []
 for path in sorted(glob.glob("/etc/ssh/ssh_host_*_key.pub")):
@@ -101,8 +128,9 @@ print(
             "ssh_dir": describe(ssh_dir),
             "private_key": describe(os.path.join(ssh_dir, "id_ed25519"), digest=True),
             "public_key": describe(os.path.join(ssh_dir, "id_ed25519.pub"), digest=True),
-            "authorized_keys": describe(os.path.join(ssh_dir, "authorized_keys")),
-            "authorized": authorized,
+            "authorized_keys": describe(os.path.join(ssh_dir, "authorized_keys"), digest=True),
+            "node_key": derived,
+            "public_key_matches": bool(derived) and public_file_words() == derived,
             "known_hosts": describe(args["known_hosts"], digest=True),
             "config": describe(os.path.join(ssh_dir, "config"), digest=True),
             "host_keys": host_keys,
