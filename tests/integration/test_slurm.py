@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from mpictl import jobs
@@ -310,3 +311,48 @@ def test_with_the_prolog_a_job_never_starts_on_a_failing_node(
         ssh(node2, f"scontrol update NodeName={node2.name} State=RESUME")
         off = provision_run(cluster.source, source_vars, tags="health,slurm")
         assert off.ok, off.stats
+
+
+def test_a_node_left_out_of_the_inventory_loses_slurm_with_the_key_it_kept(
+    cluster: Cluster, source_vars: dict[str, Any], tmp_path: Path
+) -> None:
+    # issue 26: a removed node kept the cluster's munge key and could still ask Slurm anything;
+    # the run that takes it out replaces the key on the nodes that stay
+    from mpictl import runner, sandbox
+    from tests.integration.conftest import IT_NAME, IT_PORT_BASE, IT_SUBNET
+
+    gone = cluster.nodes[-1]
+    key_sha = "sha256sum /etc/munge/munge.key | cut -d' ' -f1"
+    old = ssh(gone, key_sha).stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", old), old
+    smaller = sandbox.clone_inventory(tmp_path / "inv2", IT_NAME, IT_SUBNET, IT_PORT_BASE, 2)
+    try:
+        result = provision_run(smaller, source_vars, tags="ssh,slurm")
+        assert result.ok, result.stats
+        said = [
+            str(e["event_data"]["res"].get("msg", ""))
+            for e in result.events
+            if e.get("event") in runner.RESULT_EVENTS
+            and e["event_data"].get("task")
+            == "Say that the munge key is replaced on every node, and what that does to jobs"
+        ]
+        assert said and said[0].startswith(f"WARNING: {gone.name} left the cluster"), said
+        stay = cluster.nodes[:-1]
+        new = {ssh(n, key_sha).stdout.strip() for n in stay}
+        assert len(new) == 1 and old not in new, (old, new)
+        assert sorted(sinfo_nodes(cluster)) == [n.name for n in stay]
+        # what node3 kept no longer authenticates to slurmctld
+        kept = ssh_mpi(gone, "timeout 30 sinfo -h -N -o %N", timeout=60)
+        assert kept.returncode != 0, kept.stdout
+    finally:
+        back = provision_run(cluster.source, source_vars, tags="ssh,slurm")
+    assert back.ok, back.stats
+    assert len({ssh(n, key_sha).stdout.strip() for n in cluster.nodes}) == 1
+    wait_for(
+        "every node idle in Slurm again",
+        lambda: (
+            all(v["state"] == "idle" for v in sinfo_nodes(cluster).values())
+            and sorted(sinfo_nodes(cluster)) == sorted(cluster.names)
+        ),
+        timeout=120,
+    )

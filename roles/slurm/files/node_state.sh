@@ -2,7 +2,9 @@
 # and versions, mode/owner/sha256 of the munge key and the Slurm configuration files, the state
 # of the three services, and whether the cgroup controllers Slurm uses are writable. Reads only.
 # Lines: "package NAME VERSION", "stat PATH MODE USER GROUP", "sha256 PATH HEX",
-# "service NAME ACTIVE ENABLED", "cgroup rw|ro".
+# "service NAME ACTIVE ENABLED", "cgroup rw|ro", and "member NAME" for each node the node's
+# slurm.conf lists (the cluster as the last run left it: a node since taken out of the inventory
+# is named here, and the munge key it holds is replaced).
 exec 2>/dev/null
 dpkg-query -W -f '${db:Status-Status} ${Package} ${Version}\n' \
   munge slurmd slurm-client slurmctld libpmix2 libpmix-dev | awk '$1 == "installed" {print "package " $2 " " $3}'
@@ -12,6 +14,7 @@ for f in /etc/munge/munge.key /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/sl
   stat -c 'stat %n %a %U %G' "$f"
   sha256sum "$f" | awk '{print "sha256 " $2 " " $1}'
 done
+[ -f /etc/slurm/slurm.conf ] && sed -n 's/^NodeName=\([^[:space:]]*\).*/member \1/p' /etc/slurm/slurm.conf
 for s in munge slurmd slurmctld; do
   echo "service $s $(systemctl is-active "$s.service") $(systemctl is-enabled "$s.service")"
 done
