@@ -73,8 +73,11 @@ def provision(
         for tag, plays in play_tags(resolve_playbook(playbook)).items():
             typer.echo(f"{tag:<12} {'; '.join(plays)}")
         return
-    _, result = run_provision(
-        inventory_path(inventory),
+    from mpictl import members
+
+    source = inventory_path(inventory)
+    cluster, result = run_provision(
+        source,
         playbook=playbook,
         limit=limit,
         tags=tags,
@@ -84,6 +87,9 @@ def provision(
         on_event=ui.ProgressPrinter(),
     )
     ui.console.print(ui.recap_table(result))
+    full = playbook == "site.yml" and not (limit or tags or skip_tags or check)
+    for change in members.update(source, cluster.names, result, full_run=full):
+        ui.console.print(str(change), markup=False)
     ui.console.print(f"artifacts: {result.private_data_dir}", markup=False)
     if not result.ok:
         raise ProvisionError(ui.failure_summary(result))
