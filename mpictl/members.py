@@ -3,16 +3,16 @@
 
 The record is ``<state>/members/<id>.json``, one per inventory (``id``: the first 16 hex digits
 of the sha256 of its resolved path), ``{"inventory": PATH, "nodes": {NAME: [HOST KEY, ...]}}``
-with each node's public host keys (type and key) as the ssh_mesh role read them over Ansible's
-connection. A node is *new* when the record lacks it, *removed* when the inventory lacks it,
-*replaced* when its host keys are not the recorded ones (re-imaged under the same name: the
-operator re-admitted it, since Ansible's strict host key checking stops a run at a changed key).
+with each node's public host keys (type and key) as every run's node probe reads them over
+Ansible's connection (``playbooks/files/mpictl_node_state.py``, the short path's probe). A node
+is *new* when the record lacks it, *removed* when the inventory lacks it, *replaced* when its
+host keys are not the recorded ones (re-imaged under the same name: the operator re-admitted it,
+since Ansible's strict host key checking stops a run at a changed key).
 
 Only a successful ``site.yml`` run over every node (no ``--limit``, ``--tags``, ``--skip-tags``
 or ``--check``) compares and writes: a partial run says nothing and leaves the record, so the
-next full run reports what changed since the last one. A node whose ssh play was on the short
-path this run keeps its recorded keys (a re-imaged node never takes the short path). The first
-full run of an inventory writes the record and reports nothing.
+next full run reports what changed since the last one. A node the probe did not answer for keeps
+its recorded keys. The first full run of an inventory writes the record and reports nothing.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from typing import Any
 
 from mpictl import paths, runner
 
-#: The ssh_mesh task whose facts hold each node's host keys (roles/ssh_mesh/tasks/configure.yml).
-KEYS_TASK = "Collect every name and address the node may be reached by, with its host keys"
-KEYS_FACT = "_ssh_mesh_keys"
+#: The node probe of every run (playbooks/validate.yml); its JSON answer has ``host_keys``.
+PROBE_TASK = "Count the node's GPUs and find the components still as its last run left them"
 NEW, REPLACED, REMOVED = "new", "replaced", "removed"
 
 
@@ -60,10 +59,14 @@ def load(inventory: Path) -> dict[str, list[str]] | None:
 
 
 def host_keys_of(result: runner.RunResult) -> dict[str, list[str]]:
-    """Each node's host keys as this run's ssh play read them (nodes it did not run on: none)."""
+    """Each node's host keys as this run's node probe read them (a node it did not answer for:
+    none)."""
     out: dict[str, list[str]] = {}
-    for r in result.task_results(KEYS_TASK):
-        keys = (r.result.get("ansible_facts") or {}).get(KEYS_FACT)
+    for r in result.task_results(PROBE_TASK):
+        try:
+            keys = json.loads(str(r.result.get("stdout") or "")).get("host_keys")
+        except (ValueError, AttributeError):
+            continue
         if r.status == "ok" and isinstance(keys, list):
             out[r.host] = sorted(str(k) for k in keys)
     return out

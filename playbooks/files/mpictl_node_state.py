@@ -4,7 +4,8 @@ Run with ``raw`` (one SSH exec, no module payload: ``python3 -c <this file> <JSO
 JSON object. ``{"mode": "probe", "inputs": D, "cuda_homes": [...]}`` (read-only) compares the
 record with the node as it is now and returns the components still in that state
 (``converged``), those whose signed items changed (``drifted``), the node's GPU count
-(``gpus``) and its RDMA ports (``rdma``).
+(``gpus``), its RDMA ports (``rdma``) and its public SSH host keys (``host_keys``, type and key:
+mpictl.members tells a re-imaged node by them).
 ``{"mode": "record", "inputs": D, "claims": {component: [item, ...]}, "keep": [...]}`` signs
 what each component claims and writes the record (``changed``).
 
@@ -80,6 +81,22 @@ def gpu_lines() -> list[str]:
 
 
 IB_ROOT = "/sys/class/infiniband"
+SSH_DIR = "/etc/ssh"
+
+
+def host_keys(root: str = SSH_DIR) -> list[str]:
+    """The node's public SSH host keys (``ssh_host_*_key.pub``) as ``TYPE KEY``, sorted."""
+    out = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if name.startswith("ssh_host_") and name.endswith("_key.pub"):
+            try:
+                with open(os.path.join(root, name), encoding="utf-8") as handle:
+                    words = handle.read().split()
+            except (OSError, UnicodeDecodeError):
+                continue
+            if len(words) >= 2:
+                out.append(f"{words[0]} {words[1]}")
+    return sorted(out)
 
 
 def rdma_ports(root: str = IB_ROOT) -> list[str]:
@@ -420,7 +437,12 @@ def handle(request: dict) -> dict:
     signer = Signer()
     components = load(path)
     if mode == "probe":
-        return {**assess(components, inputs, env, signer), "gpus": len(gpus), "rdma": rdma_ports()}
+        return {
+            **assess(components, inputs, env, signer),
+            "gpus": len(gpus),
+            "rdma": rdma_ports(),
+            "host_keys": host_keys(),
+        }
     claims = request.get("claims") or {}
     keep = request.get("keep") or []
     if not isinstance(claims, dict) or not isinstance(keep, list):

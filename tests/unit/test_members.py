@@ -1,5 +1,5 @@
 """The cluster's members across provisions (mpictl.members): what a full run reports as new,
-replaced and removed, what partial runs leave alone, and the host keys read from a real
+replaced and removed, what partial runs leave alone, and the host keys read from the node probe's
 ansible-runner event recorded on the sandbox (tests/data/recordings/ansible)."""
 
 from __future__ import annotations
@@ -14,11 +14,7 @@ from mpictl.runner import HostStats, RunResult
 
 EVENT = json.loads(
     (
-        Path(__file__).parents[1]
-        / "data"
-        / "recordings"
-        / "ansible"
-        / "ssh_mesh_host_keys_event.json"
+        Path(__file__).parents[1] / "data" / "recordings" / "ansible" / "node_probe_event.json"
     ).read_text()
 )
 
@@ -26,7 +22,8 @@ EVENT = json.loads(
 def keys_event(host: str, keys: list[str]) -> dict[str, Any]:
     event = copy.deepcopy(EVENT)
     event["event_data"]["host"] = host
-    event["event_data"]["res"]["ansible_facts"]["_ssh_mesh_keys"] = keys
+    answer = json.loads(event["event_data"]["res"]["stdout"])
+    event["event_data"]["res"]["stdout"] = json.dumps({**answer, "host_keys": keys})
     return event
 
 
@@ -35,10 +32,15 @@ def run(events: list[dict[str, Any]], rc: int = 0) -> RunResult:
     return RunResult(rc, "successful" if rc == 0 else "failed", "id", Path("/x"), stats, events)
 
 
-def test_host_keys_come_from_the_ssh_plays_recorded_event() -> None:
+def test_host_keys_come_from_the_node_probes_recorded_event() -> None:
     keys = members.host_keys_of(run([EVENT]))
-    assert list(keys) == ["node1"]
-    assert [k.split()[0] for k in keys["node1"]] == ["ecdsa-sha2-nistp256", "ssh-ed25519"]
+    assert list(keys) == ["node2"]
+    assert [k.split()[0] for k in keys["node2"]] == ["ecdsa-sha2-nistp256", "ssh-ed25519"]
+    # an answer that is not the probe's JSON, or a failed probe, gives no keys
+    broken = copy.deepcopy(EVENT)
+    broken["event_data"]["res"]["stdout"] = "Welcome to node2\n"
+    failed = {**copy.deepcopy(EVENT), "event": "runner_on_failed"}
+    assert members.host_keys_of(run([broken, failed])) == {}
 
 
 def test_changes_name_new_replaced_and_removed_nodes_in_order() -> None:
@@ -47,7 +49,7 @@ def test_changes_name_new_replaced_and_removed_nodes_in_order() -> None:
         before, ["node1", "node2", "node3", "node4"], {"node1": ["k1"], "node2": ["k2b"]}
     )
     assert [str(c) for c in found] == ["node2: replaced", "node4: new", "node5: removed"]
-    # node3's ssh play was on the short path this run (no keys read): not replaced
+    # node3's probe gave no keys this run: not replaced
 
 
 def test_a_full_run_reports_against_the_last_one_and_partial_runs_leave_the_record(
@@ -71,7 +73,7 @@ def test_a_full_run_reports_against_the_last_one_and_partial_runs_leave_the_reco
     found = members.update(inventory, grown, second, full_run=True)
     assert [str(c) for c in found] == ["node2: replaced", "node4: new", "node3: removed"]
     assert members.load(inventory) == {
-        "node1": ["ssh-ed25519 node1"],  # short path this run: the recorded keys stay
+        "node1": ["ssh-ed25519 node1"],  # no probe answer this run: the recorded keys stay
         "node2": ["ssh-ed25519 reimaged"],
         "node4": ["x y"],
     }
@@ -86,3 +88,16 @@ def test_an_unreadable_record_is_a_first_run(tmp_path: Path) -> None:
     assert members.load(inventory) is None
     assert members.update(inventory, ["node1"], run([]), full_run=True) == []
     assert members.load(inventory) == {"node1": []}
+
+
+def test_the_node_probe_reads_each_public_host_key_without_its_comment(tmp_path: Path) -> None:
+    from tests.unit.loader import load as load_module
+
+    root = Path(__file__).resolve().parents[2]
+    probe = load_module("mpictl_node_state", root / "playbooks" / "files" / "mpictl_node_state.py")
+    (tmp_path / "ssh_host_ed25519_key.pub").write_text("ssh-ed25519 AAAAed root@node2\n")
+    (tmp_path / "ssh_host_ecdsa_key.pub").write_text("ecdsa-sha2-nistp256 AAAAec\n")
+    (tmp_path / "ssh_host_ed25519_key").write_text("PRIVATE\n")  # never read
+    (tmp_path / "ssh_host_dsa_key.pub").write_text("broken\n")
+    assert probe.host_keys(str(tmp_path)) == ["ecdsa-sha2-nistp256 AAAAec", "ssh-ed25519 AAAAed"]
+    assert probe.host_keys(str(tmp_path / "none")) == []
