@@ -88,8 +88,11 @@ def provision(
     )
     ui.console.print(ui.recap_table(result))
     full = playbook == "site.yml" and not (limit or tags or skip_tags or check)
-    for change in members.update(source, cluster.names, result, full_run=full):
-        ui.console.print(str(change), markup=False)
+    try:
+        for change in members.update(source, cluster.names, result, full_run=full):
+            ui.console.print(str(change), markup=False)
+    except MpictlError as exc:  # the run itself succeeded: say it, and go on
+        ui.console.print(f"warning: {exc}", markup=False)
     ui.console.print(f"artifacts: {result.private_data_dir}", markup=False)
     if not result.ok:
         raise ProvisionError(ui.failure_summary(result))

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mpictl import paths, runner
+from mpictl.errors import MpictlError
 
 #: The node probe of every run (playbooks/validate.yml); its JSON answer has ``host_keys``.
 PROBE_TASK = "Count the node's GPUs and find the components still as its last run left them"
@@ -105,7 +106,12 @@ def update(
 
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise MpictlError(
+            f"cannot write the cluster's member record {path}: {exc.strerror}"
+        ) from None

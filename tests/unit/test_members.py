@@ -101,3 +101,16 @@ def test_the_node_probe_reads_each_public_host_key_without_its_comment(tmp_path:
     (tmp_path / "ssh_host_dsa_key.pub").write_text("broken\n")
     assert probe.host_keys(str(tmp_path)) == ["ecdsa-sha2-nistp256 AAAAec", "ssh-ed25519 AAAAed"]
     assert probe.host_keys(str(tmp_path / "none")) == []
+
+
+def test_a_record_that_cannot_be_written_is_one_error_naming_it(tmp_path: Path) -> None:
+    import pytest
+
+    from mpictl.errors import MpictlError
+
+    inventory = tmp_path / "inv"
+    path = members.record_path(inventory)
+    path.parent.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.write_text("a file where the directory goes")
+    with pytest.raises(MpictlError, match="cannot write the cluster's member record"):
+        members.update(inventory, ["node1"], run([]), full_run=True)

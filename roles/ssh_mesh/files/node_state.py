@@ -59,7 +59,11 @@ def node_key():
         return ""
     try:
         proc = subprocess.run(
-            ["ssh-keygen", "-y", "-f", private], capture_output=True, text=True, timeout=10
+            ["ssh-keygen", "-y", "-P", "", "-f", private],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
