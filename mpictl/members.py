@@ -99,8 +99,9 @@ def update(
         return []
     before = load(inventory)
     keys = host_keys_of(result)
-    found = changes(before or {}, names, keys) if before is not None else []
-    nodes = {n: list(keys.get(n) or (before or {}).get(n) or []) for n in names}
+    found = [] if before is None else changes(before, names, keys)
+    recorded = before or {}
+    nodes = {n: list(keys.get(n) or recorded.get(n) or []) for n in names}
     _write(record_path(inventory), {"inventory": str(inventory.resolve()), "nodes": nodes})
     return found
 

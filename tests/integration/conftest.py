@@ -96,6 +96,14 @@ def source_vars(it_state: Path) -> dict[str, Any]:
     return {**yaml.safe_load(vars_file.read_text()), **TEST_VARS}
 
 
+def without_the_last_node(dst: Path) -> Path:
+    """The session sandbox's inventory with its last node (node3) left out: a cluster that node
+    was taken out of, while its container still runs."""
+    from mpictl import sandbox
+
+    return sandbox.clone_inventory(dst, IT_NAME, IT_SUBNET, IT_PORT_BASE, 2)
+
+
 def provision_run(inventory: Path, extravars: dict[str, Any], **kwargs: Any) -> runner.RunResult:
     _, result = provision.provision(inventory, extravars=extravars, **kwargs)
     return result

@@ -318,8 +318,8 @@ def test_a_node_left_out_of_the_inventory_loses_slurm_with_the_key_it_kept(
 ) -> None:
     # issue 26: a removed node kept the cluster's munge key and could still ask Slurm anything;
     # the run that takes it out replaces the key on the nodes that stay
-    from mpictl import runner, sandbox
-    from tests.integration.conftest import IT_NAME, IT_PORT_BASE, IT_SUBNET
+    from mpictl import runner
+    from tests.integration.conftest import without_the_last_node
 
     gone = cluster.nodes[-1]
     ask = "timeout 30 sinfo -h -N -o %N"
@@ -328,7 +328,7 @@ def test_a_node_left_out_of_the_inventory_loses_slurm_with_the_key_it_kept(
     key_sha = "sha256sum /etc/munge/munge.key | cut -d' ' -f1"
     old = ssh(gone, key_sha).stdout.strip()
     assert re.fullmatch(r"[0-9a-f]{64}", old), old
-    smaller = sandbox.clone_inventory(tmp_path / "inv2", IT_NAME, IT_SUBNET, IT_PORT_BASE, 2)
+    smaller = without_the_last_node(tmp_path / "inv2")
     try:
         result = provision_run(smaller, source_vars, tags="ssh,slurm")
         assert result.ok, result.stats

@@ -334,8 +334,7 @@ def test_a_node_left_out_of_the_inventory_can_no_longer_log_in_to_the_others(
 ) -> None:
     # issue 26: every node held the one cluster key, so a removed node kept a working login; now
     # each node has its own key pair and authorized_keys lists the inventory's nodes only
-    from mpictl import sandbox
-    from tests.integration.conftest import IT_NAME, IT_PORT_BASE, IT_SUBNET
+    from tests.integration.conftest import without_the_last_node
 
     keys = {
         n.name: root(n, "ssh-keygen -y -f /home/mpi/.ssh/id_ed25519").split()[1]
@@ -344,7 +343,7 @@ def test_a_node_left_out_of_the_inventory_can_no_longer_log_in_to_the_others(
     assert len(set(keys.values())) == len(keys), keys
     assert cluster_key().with_suffix(".pub").read_text().split()[1] not in keys.values()
     a, b, gone = cluster.nodes
-    smaller = sandbox.clone_inventory(tmp_path / "inv2", IT_NAME, IT_SUBNET, IT_PORT_BASE, 2)
+    smaller = without_the_last_node(tmp_path / "inv2")
     try:
         _, result = provision.provision(smaller, playbook="ssh.yml")
         assert result.ok, describe_failures(result)
