@@ -1,10 +1,14 @@
 """The Python environment horovod_python names, as the horovod role needs it (run by that
 interpreter with the requirements Horovod's build needs as arguments, e.g. `numpy`
 `cffi>=1.4.0`; prints one JSON object). Reads only, and never imports PyTorch (seconds per
-node): its version and CUDA build come from torch/version.py.
+node): its version and CUDA build come from torch/version.py; TensorFlow's (never imported
+either) from its distribution's metadata and build_info.py.
 
 {"runs": true, "python": "311", "prefix": "/opt/env", "pip": true,
  "torch": {"version": "2.13.0+cpu", "cuda": null},   ("torch": null when it is not installed)
+ "tensorflow": {"dist": "tensorflow_cpu", "version": "2.15.1", "cuda": null},
+                                                     (null when it is not installed; "cuda" from
+                                                      tensorflow/python/platform/build_info.py)
  "satisfied": ["numpy", "cffi>=1.4.0"],              (arguments already met: not downloaded)
  "cmake": "3.31.6"}                                  (the environment's own bin/cmake, or null)
 """
@@ -38,6 +42,44 @@ def torch_build():
             except (ValueError, SyntaxError):
                 values[key] = None
     return values if values["version"] else None
+
+
+# The distributions that install the `tensorflow` package, the usual ones first.
+TF_DISTS = (
+    "tensorflow",
+    "tensorflow-cpu",
+    "tensorflow-gpu",
+    "tensorflow-intel",
+    "tensorflow-aarch64",
+    "tensorflow-rocm",
+    "intel-tensorflow",
+    "tf-nightly",
+    "tf-nightly-cpu",
+)
+
+
+def tensorflow_build():
+    """TensorFlow's distribution (as its .dist-info directory spells it), version and CUDA."""
+    for name in TF_DISTS:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        cuda = None
+        spec = importlib.util.find_spec("tensorflow")
+        if spec is not None and spec.submodule_search_locations:
+            base = list(spec.submodule_search_locations)[0]
+            try:
+                with open(os.path.join(base, "python", "platform", "build_info.py"),
+                          encoding="utf-8") as handle:  # fmt: skip
+                    text = handle.read()
+            except OSError:
+                text = ""
+            if re.search(r"['\"]is_cuda_build['\"]\s*[:,]\s*True", text):
+                m = re.search(r"['\"]cuda_version['\"]\s*[:,]\s*['\"]([^'\"]*)['\"]", text)
+                cuda = m.group(1) if m else "unknown"
+        return {"dist": re.sub(r"[-.]+", "_", name), "version": version, "cuda": cuda}
+    return None
 
 
 def release(version):
@@ -86,6 +128,7 @@ print(
             "prefix": sys.prefix,
             "pip": importlib.util.find_spec("pip") is not None,
             "torch": torch_build(),
+            "tensorflow": tensorflow_build(),
             "satisfied": [r for r in sys.argv[1:] if satisfied(r)],
             "cmake": cmake_version(),
         }
