@@ -24,6 +24,9 @@ from mpictl.transport import VAR as TRANSPORT_VAR
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
+#: The frameworks Horovod can be built for (horovod_frameworks), in the order smoke runs them.
+HOROVOD_FRAMEWORKS = ("pytorch", "tensorflow")
+
 KEYS = {
     "user": "mpi_user",
     "venv": "mpi_cluster_venv",
@@ -48,6 +51,9 @@ class ClusterSettings:
     # The interpreter Horovod was built into when it is not the cluster venv's (the horovod
     # role's horovod_python; "" = the cluster venv).
     horovod_python: str = ""
+    # The frameworks Horovod was built for (the horovod role's horovod_frameworks): smoke runs
+    # the Horovod suite under each
+    horovod_frameworks: tuple[str, ...] = ("pytorch",)
     # mpi_transport: auto, ucx or tcp (mpictl.transport)
     transport: str = "auto"
     # mpi_shared_dir: a filesystem the site mounts on every node ("" none): jobs get it as
@@ -66,6 +72,10 @@ class ClusterSettings:
     @property
     def torch_env(self) -> str:
         return f"{self.bin_dir}/mpictl-torch-env"
+
+    @property
+    def tf_env(self) -> str:
+        return f"{self.bin_dir}/mpictl-tf-env"
 
     def tool(self, name: str) -> str:
         """Path of one of the job side's programs (``smoke_mpi.py``, ...) on the nodes."""
@@ -138,6 +148,16 @@ def for_cluster(cluster: Cluster) -> ClusterSettings:
         raise InventoryError(
             f"{head}: horovod_python must be an absolute path or '', got {quoted(horovod)}"
         )
+    frameworks = _template(head_vars.get("horovod_frameworks", ["pytorch"]), head_vars)
+    if (
+        not isinstance(frameworks, list)
+        or not frameworks
+        or any(f not in HOROVOD_FRAMEWORKS for f in frameworks)
+    ):
+        raise InventoryError(
+            f"{head}: horovod_frameworks must be a non-empty list of "
+            f"{' and '.join(HOROVOD_FRAMEWORKS)}, got {quoted(frameworks)}"
+        )
     mode = _template(head_vars.get(TRANSPORT_VAR, "auto"), head_vars)
     if not isinstance(mode, str) or mode.lower() not in TRANSPORT_MODES:
         modes = ", ".join(TRANSPORT_MODES)
@@ -152,6 +172,7 @@ def for_cluster(cluster: Cluster) -> ClusterSettings:
     return ClusterSettings(
         **values,
         horovod_python=horovod,
+        horovod_frameworks=tuple(dict.fromkeys(frameworks)),
         transport=mode.lower(),
         shared_dir=shared,
     )

@@ -34,6 +34,15 @@ MPI_TESTS = (
     "allreduce",
 )
 HOROVOD_TESTS = ("hvd_allreduce", "hvd_broadcast", "hvd_allgather")
+# The Horovod suite runs once per framework Horovod was built for (horovod_frameworks):
+# framework -> (the module a node must import, the tests it reports)
+HOROVOD_FRAMEWORKS = {
+    "pytorch": ("horovod.torch", HOROVOD_TESTS),
+    "tensorflow": (
+        "horovod.tensorflow",
+        ("hvd_tf_allreduce", "hvd_tf_broadcast", "hvd_tf_allgather"),
+    ),
+}
 # suite -> (its program in the job tools' directory, the tests it reports, the module it needs)
 PROGRAMS = {
     "mpi": ("smoke_mpi.py", MPI_TESTS, "mpi4py"),
@@ -178,20 +187,26 @@ def preflight(
     settings = settings or cluster_settings.for_cluster(cluster)
     venv_python = settings.venv_python
     files = [settings.tool(PROGRAMS[s][0]) for s in suites]
+    # Horovod's module of every framework it was built for (horovod.torch, horovod.tensorflow).
+    hmods = (
+        [HOROVOD_FRAMEWORKS[f][0] for f in settings.horovod_frameworks]
+        if "horovod" in suites
+        else []
+    )
     # Horovod in another environment (horovod_python) is checked with that interpreter.
     apart = "horovod" in suites and settings.horovod_interpreter != venv_python
-    modules = ["mpi4py", *(["horovod.torch"] if "horovod" in suites and not apart else [])]
+    modules = ["mpi4py", *([] if apart else hmods)]
     hosts = [n.address for n in cluster.nodes]
     cmd = f"{shlex.quote(venv_python)} - " + shlex.join([*files, *modules])
     outputs = remote.run_on_nodes(head, hosts, cmd, programs.source(PREFLIGHT), timeout=120)
     horovod_outputs = {}
     if apart:
-        hcmd = f"{shlex.quote(settings.horovod_interpreter)} - horovod.torch"
+        hcmd = f"{shlex.quote(settings.horovod_interpreter)} - " + shlex.join(hmods)
         horovod_outputs = remote.run_on_nodes(
             head, hosts, hcmd, programs.source(PREFLIGHT), timeout=120
         )
     errors: list[str] = []
-    horovod_missing: dict[str, str] = {}  # node -> why horovod.torch does not import
+    horovod_missing: dict[str, str] = {}  # node -> why a Horovod module does not import
     horovod_ok: list[str] = []
     for node in cluster.nodes:
         out = outputs.get(node.address)
@@ -217,22 +232,21 @@ def preflight(
         if apart:
             hout = horovod_outputs.get(node.address)
             hrec = next(iter(remote.json_lines(hout.stdout)), None) if hout and hout.ok else None
+            found = (hrec or {}).get("modules", {})
             mods = {
                 **mods,
-                "horovod.torch": (hrec or {})
-                .get("modules", {})
-                .get("horovod.torch", f"{settings.horovod_interpreter} does not run"),
+                **{m: found.get(m, f"{settings.horovod_interpreter} does not run") for m in hmods},
             }
         if mods.get("mpi4py") != "ok":
             errors.append(
                 f"{node.name}: mpi4py does not import ({mods.get('mpi4py')}); "
                 "fix: `mpictl provision` (mpi4py role)"
             )
-        if "horovod.torch" in mods:
-            if mods["horovod.torch"] == "ok":
-                horovod_ok.append(node.name)
-            else:
-                horovod_missing[node.name] = mods["horovod.torch"]
+        broken = [f"{m}: {mods.get(m)}" for m in hmods if mods.get(m) != "ok"]
+        if hmods and not broken:
+            horovod_ok.append(node.name)
+        elif broken:
+            horovod_missing[node.name] = "; ".join(broken)
     if horovod_missing and horovod_ok:
         # Installed on some nodes only: a broken node, not a cluster without Horovod.
         errors += [
@@ -304,21 +318,28 @@ def run_smoke(
                 )
             continue
         python = settings.horovod_interpreter if name == "horovod" else settings.venv_python
-        options = LaunchOptions(
-            command=[python, "-u", settings.tool(program)], timeout=timeout, **one_node
+        # one job per framework Horovod was built for (its name is the program's argument)
+        runs = (
+            [([f], HOROVOD_FRAMEWORKS[f][1]) for f in settings.horovod_frameworks]
+            if name == "horovod"
+            else [([], expected)]
         )
-        result, record = submit.submit(
-            cluster,
-            options,
-            via=via,
-            extra={"kind": f"smoke-{name}"},
-            on_plan=None if on_suite is None else lambda plan, _rec, n=name: on_suite(n, plan),
-            on_output=on_output,
-        )
-        report.job_ids.append(result.job_id)
-        if result.status == "interrupted":
-            raise Interrupted(f"smoke interrupted (job {result.job_id})", result.exit_code)
-        output = record.output_path.read_text(errors="replace")
-        parsed = parse_results(output, name)
-        report.results += complete(name, expected, parsed, output, result.exit_code, names)
+        for args, tests in runs:
+            options = LaunchOptions(
+                command=[python, "-u", settings.tool(program), *args], timeout=timeout, **one_node
+            )
+            result, record = submit.submit(
+                cluster,
+                options,
+                via=via,
+                extra={"kind": f"smoke-{name}"},
+                on_plan=None if on_suite is None else lambda plan, _rec, n=name: on_suite(n, plan),
+                on_output=on_output,
+            )
+            report.job_ids.append(result.job_id)
+            if result.status == "interrupted":
+                raise Interrupted(f"smoke interrupted (job {result.job_id})", result.exit_code)
+            output = record.output_path.read_text(errors="replace")
+            parsed = [r for r in parse_results(output, name) if r.test in tests]
+            report.results += complete(name, tests, parsed, output, result.exit_code, names)
     return report

@@ -56,7 +56,7 @@ def probe_spec(
         # horovod_python: PyTorch and Horovod live in the user's environment, not the venv
         "frameworks_python": settings.horovod_interpreter,
         "venv_program": programs.source(VENV_PROGRAM),
-        "tools": [settings.torch_env, *(settings.tool(t) for t in TOOLS)],
+        "tools": [settings.torch_env, settings.tf_env, *(settings.tool(t) for t in TOOLS)],
         # UCX and OpenMPI's pml are asked about where UCX is the transport (or a node has ports)
         "ucx": cluster_transport(cluster, settings).pml == "ucx",
     }

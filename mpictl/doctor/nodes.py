@@ -15,7 +15,9 @@ from mpictl.inventory import Cluster
 from mpictl.settings import ClusterSettings
 
 REQUIRED = ("openmpi", "mpi4py", "mpi4py_library")
-VERSION_KEYS = ("openmpi", "mpi4py", "mpi4py_library", "horovod", "torch", "nccl")
+VERSION_KEYS = ("openmpi", "mpi4py", "mpi4py_library", "horovod", "torch", "tensorflow", "nccl")
+# Compared only where some node has it: a cluster without TensorFlow gets no line for it.
+OPTIONAL_KEYS = ("tensorflow",)
 
 
 def _differs(
@@ -188,6 +190,8 @@ def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[
     vfix = f"{provision} (build-once reinstalls the cached build where the marker differs)"
     for key in VERSION_KEYS:
         values = {n: d.get("versions", {}).get(key) for n, d in data.items()}
+        if key in OPTIONAL_KEYS and all(v is None for v in values.values()):
+            continue
         checks += _differs(f"{key} version", values, vfix, key in REQUIRED)
     marker_paths = sorted({p for d in data.values() for p in d.get("markers", {})})
     for path in marker_paths:
@@ -209,5 +213,5 @@ def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[
                 )
             )
     if not any(missing.values()):
-        checks.append(Check("job tools", "all", True, "torch wrapper, smoke and bench programs"))
+        checks.append(Check("job tools", "all", True, "job wrappers, smoke and bench programs"))
     return checks

@@ -452,45 +452,68 @@ def test_failed_nodes_come_from_errors_and_failed_tests() -> None:
     assert report.failed_nodes == ["n2", "node7"]
 
 
-def _preflight_with(monkeypatch, horovod: dict[str, str]):  # type: ignore[no-untyped-def]
-    """smoke.preflight against fake node answers: horovod.torch's import result per node."""
+def _preflight_with(  # type: ignore[no-untyped-def]
+    monkeypatch, horovod: dict[str, str], tf: dict[str, str] | None = None, frameworks=None
+):
+    """smoke.preflight against fake node answers: horovod.torch's (and horovod.tensorflow's)
+    import result per node; the modules each node was asked for, recorded."""
     import json as _json
 
     from mpictl import remote
     from tests.unit.jobside import three
 
+    asked: list[str] = []
+
+    answers = {"horovod.torch": horovod, "horovod.tensorflow": tf or {}}
+
     def fake(head, hosts, command, program="", **kw):  # type: ignore[no-untyped-def]
-        return {
-            h: remote.NodeOutput(
-                h,
-                0,
-                _json.dumps(
-                    {"missing": [], "modules": {"mpi4py": "ok", "horovod.torch": horovod[h]}}
-                )
-                + "\n",
-                "",
-            )
-            for h in hosts
-        }
+        asked.append(command)
+        out = {}
+        for h in hosts:
+            mods = {"mpi4py": "ok"} | {m: answers[m][h] for m in answers if m in command.split()}
+            line = _json.dumps({"missing": [], "modules": mods}) + "\n"
+            out[h] = remote.NodeOutput(h, 0, line, "")
+        return out
 
     monkeypatch.setattr(remote, "run_on_nodes", fake)
-    return smoke.preflight(three(), None, ["mpi", "horovod"])  # type: ignore[arg-type]
+    cluster = three()
+    if frameworks is not None:
+        cluster.head.vars["horovod_frameworks"] = frameworks
+    return (*smoke.preflight(cluster, None, ["mpi", "horovod"]), asked)  # type: ignore[arg-type]
 
 
 def test_smoke_preflight_horovod_on_no_node_is_a_skip(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     missing = "ModuleNotFoundError: No module named 'horovod'"
-    errors, skip = _preflight_with(monkeypatch, dict.fromkeys(("node1", "node2", "node3"), missing))
+    nodes = ("node1", "node2", "node3")
+    errors, skip, asked = _preflight_with(monkeypatch, dict.fromkeys(nodes, missing))
     assert errors == []
-    assert skip["horovod"].startswith(f"node1: {missing}")
+    assert skip["horovod"].startswith(f"node1: horovod.torch: {missing}")
+    assert "horovod.tensorflow" not in asked[0]  # the default cluster: PyTorch only
 
 
 def test_smoke_preflight_horovod_on_some_nodes_names_the_broken_one(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     broken = "ImportError: libtorch_cpu.so: cannot open shared object file"
-    errors, _ = _preflight_with(monkeypatch, {"node1": "ok", "node2": broken, "node3": "ok"})
+    errors, _, _ = _preflight_with(monkeypatch, {"node1": "ok", "node2": broken, "node3": "ok"})
     assert errors == [
-        f"node2: Horovod does not import ({broken}) while node1, node3 have it; "
+        f"node2: Horovod does not import (horovod.torch: {broken}) while node1, node3 have it; "
         "fix: `mpictl provision` (horovod role)"
     ]
+
+
+def test_smoke_preflight_asks_for_every_framework_and_names_the_one_missing(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """With horovod_frameworks [pytorch, tensorflow] every node must import both bindings; a
+    node whose horovod.tensorflow fails is named with that module."""
+    ok3 = dict.fromkeys(("node1", "node2", "node3"), "ok")
+    broken = "ImportError: mpi_lib.cpython-311-x86_64-linux-gnu.so: undefined symbol"
+    errors, skip, asked = _preflight_with(
+        monkeypatch, ok3, {**ok3, "node3": broken}, frameworks=["pytorch", "tensorflow"]
+    )
+    assert asked[0].split()[-2:] == ["horovod.torch", "horovod.tensorflow"]
+    assert errors == [
+        f"node3: Horovod does not import (horovod.tensorflow: {broken}) while node1, node2 have "
+        "it; fix: `mpictl provision` (horovod role)"
+    ]
+    assert skip == {"horovod": f"node3: horovod.tensorflow: {broken}"}
 
 
 # A stand-in for torch.distributed: a process group whose destructor, run when Python finalizes
