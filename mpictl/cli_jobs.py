@@ -61,6 +61,15 @@ def run(
         bool, typer.Option("--oversubscribe", help="Allow more ranks than slots.")
     ] = False,
     master_port: Annotated[int, typer.Option(help="MASTER_PORT with --torch.")] = 29500,
+    tf: Annotated[
+        bool,
+        typer.Option(
+            "--tf", help="Set TF_CONFIG for MultiWorkerMirroredStrategy (one worker per rank)."
+        ),
+    ] = False,
+    tf_port: Annotated[
+        int, typer.Option(help="With --tf: the first worker port (plus each rank's local rank).")
+    ] = 23456,
     workdir: Annotated[
         str | None,
         typer.Option(
@@ -127,6 +136,8 @@ def run(
         timeout=timeout,
         oversubscribe=oversubscribe,
         master_port=master_port,
+        tf=tf,
+        tf_port=tf_port,
         chdir=chdir,
     )
     request = submit.JobRequest(

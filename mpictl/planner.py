@@ -22,6 +22,9 @@ from mpictl.transport import Transport, collectives
 from mpictl.transport import choose as choose_transport
 
 DEFAULT_MASTER_PORT = 29500
+# --tf: the first of the ports TensorFlow's workers listen on (one per rank: the base plus the
+# rank's local rank on its node), as MPICTL_TF_PORT (scripts/mpictl-tf-env).
+DEFAULT_TF_PORT = 23456
 _MCA_NAME = re.compile(r"[A-Za-z0-9_^-]+")
 
 
@@ -39,6 +42,8 @@ class LaunchOptions:
     timeout: float | None = None
     oversubscribe: bool = False
     master_port: int = DEFAULT_MASTER_PORT
+    tf: bool = False  # --tf: TF_CONFIG for MultiWorkerMirroredStrategy (scripts/mpictl-tf-env)
+    tf_port: int = DEFAULT_TF_PORT
     wdir: str | None = None  # where every rank starts (the synced workdir's path on the nodes)
     chdir: str | None = None  # --chdir: a directory already on every node (a shared filesystem)
 
@@ -144,6 +149,13 @@ def check_numbers(options: LaunchOptions) -> None:
         inputs.node_path("--chdir", options.chdir)
     if not 0 < options.master_port < 65536:
         raise UsageError(f"--master-port must be a TCP port, got {options.master_port}")
+    if options.tf and options.torch:
+        raise UsageError(
+            "--tf and --torch: one framework's rendezvous per job (--torch: torch.distributed; "
+            "--tf: TensorFlow's MultiWorkerMirroredStrategy)"
+        )
+    if not 0 < options.tf_port < 65536:
+        raise UsageError(f"--tf-port must be a TCP port, got {options.tf_port}")
 
 
 def place(cluster: Cluster, options: LaunchOptions) -> Placement:
@@ -214,12 +226,14 @@ def job_env(
     master_addr: str | None,
     transport: Transport | None = None,
     shared_dir: str = "",
+    tf_hosts: Sequence[str] = (),
 ) -> list[str]:
     """What every rank gets, as ``NAME=VALUE`` (or a user's bare ``NAME``), whatever launches
     it: the job id, the network's variables, the transport's (``UCX_NET_DEVICES`` where the pml
     is ucx, ``NCCL_IB_HCA`` where every node has the same RDMA ports), torch's rendezvous
-    (``MASTER_ADDR`` where the launcher knows it now), then the user's ``-x`` items; a user's
-    own name wins over a default.
+    (``MASTER_ADDR`` where the launcher knows it now) or TensorFlow's (``MPICTL_TF_HOSTS``: the
+    addresses the job's nodes may have, ``MPICTL_TF_PORT``), then the user's ``-x`` items; a
+    user's own name wins over a default.
     """
     items = [f"MPICTL_JOB_ID={job_id}"]
     user_env = user_names(env)
@@ -242,6 +256,11 @@ def job_env(
             items.append(f"MASTER_ADDR={master_addr}")
         if "MASTER_PORT" not in user_env:
             items.append(f"MASTER_PORT={options.master_port}")
+    if options.tf:
+        if "MPICTL_TF_HOSTS" not in user_env:
+            items.append("MPICTL_TF_HOSTS=" + ",".join(tf_hosts))
+        if "MPICTL_TF_PORT" not in user_env:
+            items.append(f"MPICTL_TF_PORT={options.tf_port}")
     return items + list(env)
 
 
@@ -277,8 +296,12 @@ def user_pml(mca: Sequence[tuple[str, str]]) -> str:
 
 
 def rank_command(options: LaunchOptions, settings: cluster_settings.ClusterSettings) -> list[str]:
-    """What every rank runs: the user's command, behind the torch wrapper with ``--torch``."""
+    """What every rank runs: the user's command, behind the torch wrapper with ``--torch`` or
+    the TensorFlow one (a Python program of the cluster venv: it asks the ranks through mpi4py)
+    with ``--tf``."""
     command = list(options.command)
+    if options.tf:
+        return [settings.venv_python, settings.tf_env, *command]
     return [settings.torch_env, *command] if options.torch else command
 
 
@@ -312,7 +335,10 @@ def plan(
     argv += mca_args(mca, network, transport)
     argv += ["--tag-output"]
     master = rank0_host(cluster, where.nodes).address
-    for item in job_env(options, env, network, job_id, master, transport, settings.shared_dir):
+    tf_hosts = [n.address for n in where.nodes]
+    for item in job_env(
+        options, env, network, job_id, master, transport, settings.shared_dir, tf_hosts
+    ):
         argv += ["-x", item]
     command = rank_command(options, settings)
     return LaunchPlan(

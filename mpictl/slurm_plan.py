@@ -6,8 +6,9 @@ plain ``run`` fills every slot), ``--oversubscribe`` -> ``--overcommit``, ``--wo
 ``--chdir``; on nodes that all have GPUs, ``--gres=gpu:N`` (N: the fewest any of them has, so
 the cgroup device rules do not hide them); ``--mca k=v`` -> ``OMPI_MCA_k=v`` and the network's
 variables exported as mpirun's plan passes them; ``-x`` exported; ``--torch``: ``MASTER_ADDR``
-is the address of the allocation's first node (where srun puts rank 0). The one step is ``srun
---mpi=pmix --label``. The script keeps its output, pid and srun's exit code in
+is the address of the allocation's first node (where srun puts rank 0); ``--tf``: the addresses
+of the nodes the job may get (scripts/mpictl-tf-env asks the ranks which one each holds). The one
+step is ``srun --mpi=pmix --label``. The script keeps its output, pid and srun's exit code in
 ``~/.mpictl/slurm/<id>/`` on its batch host.
 """
 
@@ -67,7 +68,9 @@ def _exports(
     args = planner.mca_args(mca, net, transport)
     for key, value in zip(args[1::3], args[2::3], strict=True):
         lines.append(f"export OMPI_MCA_{key}={shlex.quote(value)}")
-    for item in planner.job_env(options, env, net, job_id, None, transport, shared_dir):
+    # --tf: the addresses of every node Slurm may choose (each rank finds its own among them)
+    tf_hosts = [n.address for n in planner.select_nodes(cluster, options.hosts)]
+    for item in planner.job_env(options, env, net, job_id, None, transport, shared_dir, tf_hosts):
         name, sep, value = item.partition("=")
         lines.append(f"export {name}={shlex.quote(value)}" if sep else f"export {name}")
     if options.torch and "MASTER_ADDR" not in planner.user_names(env):

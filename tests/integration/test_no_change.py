@@ -39,7 +39,7 @@ SHORT_PATH_SKIPS = (
     "Install PyTorch and Horovod's dependencies where the venv lacks them",
     "Install the Horovod build on the nodes that need it",
     "Verify the Horovod build on the nodes where it changed",
-    "Install the torch wrapper and the smoke and bench programs",
+    "Install the torch and TensorFlow wrappers and the smoke and bench programs",
     "Verify the job side's tools",
 )
 ENV_MODULE = "Record the environment contribution and re-render PATH and LD_LIBRARY_PATH"
