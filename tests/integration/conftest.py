@@ -11,6 +11,7 @@ Set MPICTL_KEEP_SANDBOX=1 to keep the nodes after the session for debugging.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -29,6 +30,10 @@ from tests.integration.nodes import ROOT, clone_sandbox_inventory
 IT_NAME = os.environ.get("MPICTL_IT_NAME", "mpictl-it")
 IT_SUBNET = os.environ.get("MPICTL_IT_SUBNET", "10.89.41.0/24")
 IT_PORT_BASE = int(os.environ.get("MPICTL_IT_PORT_BASE", "2211"))
+
+# What the session sandbox's Horovod is built for: both frameworks, so one sandbox proves the
+# TensorFlow path (Horovod's bindings, --tf) and PyTorch's.
+IT_FRAMEWORKS = ["pytorch", "tensorflow"]
 
 # Variables every integration provision passes on top of the fetched sources: a small NCCL
 # kernel subset so the NCCL build fits a 2-core CI machine (full build is the product default).
@@ -72,6 +77,10 @@ def inventory(it_state: Path) -> Iterator[Path]:
     from mpictl import sandbox
 
     inv = clone_sandbox_inventory(it_state / "inventory", IT_NAME, IT_SUBNET, IT_PORT_BASE)
+    # TensorFlow beside PyTorch (issue 28): in the inventory, where smoke and doctor read it too.
+    # The demo's inventory keeps the default [pytorch]; the other test sandboxes do as well.
+    with (inv / "group_vars" / "all.yml").open("a") as fh:
+        fh.write(f"horovod_frameworks: {json.dumps(IT_FRAMEWORKS)}\n")
     sandbox.down(inv)  # leftovers of an interrupted earlier session
     cuda = Path("/usr/local/cuda").is_dir()
     sandbox.up(inv, cuda=cuda)

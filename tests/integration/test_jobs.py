@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,6 +100,8 @@ def test_smoke_passes_with_ranks_on_all_three_nodes(inventory: Path, cluster: Cl
     # site.yml installs Horovod (horovod_enabled defaults to true): its suite must have run.
     assert horovod_installed(cluster)
     assert {"hvd_allreduce", "hvd_broadcast", "hvd_allgather"} <= names
+    # the session sandbox's Horovod is built for TensorFlow too: its suite ran under both
+    assert {"hvd_tf_allreduce", "hvd_tf_broadcast", "hvd_tf_allgather"} <= names
     hostnames = {ssh(n, "hostname").stdout.strip() for n in cluster.nodes}
     for r in ran:
         assert r["result"] == "pass", r
@@ -166,6 +169,56 @@ def test_run_torch_gloo_allreduce_across_three_nodes(inventory: Path, cluster: C
     for r in records:
         by_host.setdefault(r["host"], set()).add(r["local_rank"])
     assert all(ranks == {0, 1} for ranks in by_host.values()), by_host
+
+
+# Each rank: its TF_CONFIG (from mpictl-tf-env), the addresses its own node holds, and what its
+# own worker's host resolves to there (inventory addresses may be names).
+TF_CONFIG_SCRIPT = (
+    "import json, os, socket, subprocess\n"
+    "config = json.loads(os.environ['TF_CONFIG'])\n"
+    "mine = subprocess.run(['hostname', '-I'], capture_output=True, text=True).stdout.split()\n"
+    "worker = config['cluster']['worker'][config['task']['index']].rsplit(':', 1)[0]\n"
+    "print(json.dumps({'config': config, 'addresses': mine, 'host': socket.gethostname(),\n"
+    "                  'resolved': socket.gethostbyname(worker),\n"
+    "                  'local_rank': int(os.environ['OMPI_COMM_WORLD_LOCAL_RANK'])}))\n"
+)
+
+
+def assert_tf_configs(records: list[dict[str, Any]], ranks: int, per_node: int) -> None:
+    """Every rank holds the same worker list, in rank order, with its own index; each rank's
+    worker is an address of its own node, at the base port plus its local rank."""
+    assert len(records) == ranks
+    workers = records[0]["config"]["cluster"]["worker"]
+    assert len(workers) == ranks and len(set(workers)) == ranks, workers
+    for r in records:
+        index = r["config"]["task"]["index"]
+        assert r["config"] == {
+            "cluster": {"worker": workers},
+            "task": {"type": "worker", "index": index},
+        }
+        port = workers[index].rsplit(":", 1)[1]
+        assert r["resolved"] in r["addresses"], (r, workers)
+        assert int(port) == 23456 + r["local_rank"] and r["local_rank"] < per_node
+    assert sorted(r["config"]["task"]["index"] for r in records) == list(range(ranks))
+    assert len({r["host"] for r in records}) == ranks // per_node
+
+
+def test_run_tf_gives_every_rank_the_worker_list_of_where_the_ranks_run(
+    inventory: Path, cluster: Cluster
+) -> None:
+    """`--tf` under mpirun with two ranks per node (mpirun puts its own node first: the list
+    comes from the ranks, not from a guess)."""
+    proc = mpictl(
+        "run", "-i", str(inventory), "--tf", "--ppn", "2", "--oversubscribe", "--timeout", "300",
+        "--", VENV_PY, "-c", TF_CONFIG_SCRIPT, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [
+        json.loads(line[line.index("{") :]) for line in proc.stdout.splitlines() if "{" in line
+    ]
+    assert_tf_configs(records, 2 * len(cluster.nodes), 2)
+    both = mpictl("run", "-i", str(inventory), "--tf", "--torch", "--", "true")
+    assert both.returncode == 2 and "--tf and --torch" in both.stderr
 
 
 FAIL_SCRIPT = (  # the last rank (on the last node) fails

@@ -14,7 +14,14 @@ from mpictl import jobs
 from mpictl.inventory import Cluster
 from tests.integration.conftest import provision_run
 from tests.integration.nodes import ssh, ssh_mpi
-from tests.integration.test_jobs import VENV_PY, job_id_of, leftovers, mpictl
+from tests.integration.test_jobs import (
+    TF_CONFIG_SCRIPT,
+    VENV_PY,
+    assert_tf_configs,
+    job_id_of,
+    leftovers,
+    mpictl,
+)
 
 ALLREDUCE = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('sum', c.allreduce(c.rank + 1))"
 
@@ -140,6 +147,20 @@ def test_run_through_slurm_streams_and_returns_the_jobs_exit_code(cluster: Clust
         "exit 7",
     )
     assert bad.returncode == 7, bad.stderr
+
+
+def test_run_tf_through_slurm_builds_the_worker_list_from_the_ranks_srun_started(
+    cluster: Cluster,
+) -> None:
+    proc = mpictl(
+        "run", "-i", str(cluster.source), "--launcher", "slurm", "--ppn", "1", "--tf", "--",
+        VENV_PY, "-c", TF_CONFIG_SCRIPT.replace("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [
+        json.loads(line[line.index("{") :]) for line in proc.stdout.splitlines() if "{" in line
+    ]
+    assert_tf_configs(records, len(cluster.nodes), 1)
 
 
 def test_jobs_cancel_ends_a_running_slurm_job_everywhere(cluster: Cluster) -> None:

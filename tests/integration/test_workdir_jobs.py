@@ -188,6 +188,36 @@ def test_the_horovod_example_trains_across_three_nodes(inventory: Path) -> None:
     assert sum(curve[-5:]) / 5 < 0.8 * sum(curve[:5]) / 5, curve
 
 
+def assert_trained_together(stdout: str, size_key: str) -> None:
+    """A TensorFlow example's output: 25 steps on 3 replicas, the loss down to under 0.8x, three
+    ranks on three different shards ending with the same weights (only a working allreduce of
+    the shards' gradients gives that)."""
+    records = lines_json(stdout)
+    steps = [r for r in records if "loss" in r]
+    curve = [r["loss"] for r in steps]
+    assert len(curve) == 25 and all(r[size_key] == 3 for r in steps), stdout
+    assert sum(curve[-5:]) / 5 < 0.8 * sum(curve[:5]) / 5, curve
+    ends = {r["rank"]: r for r in records if "checksum" in r}
+    assert sorted(ends) == [0, 1, 2] and all(r["size"] == 3 for r in ends.values()), stdout
+    assert len({r["shard"] for r in ends.values()}) == 3, ends
+    assert len({r["checksum"] for r in ends.values()}) == 1, ends
+
+
+def test_the_tensorflow_horovod_example_trains_across_three_nodes(inventory: Path) -> None:
+    proc = ok("run", "-i", str(inventory), "-np", "3", "--workdir", str(ROOT / "examples"),
+              "--", "python", "train_tf_horovod.py", "--steps", "25", timeout=900)  # fmt: skip
+    assert_trained_together(proc.stdout, "world_size")
+
+
+def test_the_tensorflow_multiworker_example_trains_across_three_nodes(inventory: Path) -> None:
+    proc = ok("run", "-i", str(inventory), "-np", "3", "--tf", "--workdir",
+              str(ROOT / "examples"), "--", "python", "train_tf_multiworker.py", "--steps", "25",
+              timeout=900)  # fmt: skip
+    assert_trained_together(proc.stdout, "num_replicas_in_sync")
+    # the workers were the three nodes, each on the default port (one rank per node)
+    assert "MPICTL_TF_PORT=23456" in proc.stderr
+
+
 def test_extra_requirements_come_resolved_against_the_same_torch(
     inventory: Path, cluster: Cluster, source_vars: dict[str, Any]
 ) -> None:
