@@ -27,7 +27,7 @@ from mpictl.doctor import health as health_checks
 from mpictl.doctor import rdma as rdma_checks
 from mpictl.doctor import shared as shared_checks
 from mpictl.doctor import slurm as slurm_checks
-from mpictl.doctor.nodes import build_checks, env_checks, ssh_checks
+from mpictl.doctor.nodes import build_checks, env_checks, key_checks, ssh_checks
 from mpictl.doctor.report import PROVISION, Check, DoctorReport
 from mpictl.doctor.topology import network_checks, slot_checks
 from mpictl.errors import JobError
@@ -102,6 +102,7 @@ def evaluate(
     checks += env_checks(data, settings, provision)
     if data:
         checks += build_checks(data, provision)
+        checks += key_checks(data, provision)
     checks += network_checks(cluster, data, provision)
     checks += slot_checks(cluster, data, provision, inventory_slots, settings.hostfile)
     if data:

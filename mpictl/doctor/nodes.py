@@ -215,3 +215,37 @@ def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[
     if not any(missing.values()):
         checks.append(Check("job tools", "all", True, "job wrappers, smoke and bench programs"))
     return checks
+
+
+def key_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[Check]:
+    """Every node's own key (the MPI user's ~/.ssh/id_ed25519.pub) is admitted by every other
+    node's authorized_keys: mpirun's daemons start each other node to node (PRRTE's tree spawn),
+    so a node the others do not know fails jobs it takes part in. The usual cause: a node added
+    with ``--limit``, which writes the others' authorized_keys only when the play covers every
+    node."""
+    fix = (
+        f"{provision} over every node (a --limit run leaves the other nodes' authorized_keys as "
+        "they were)"
+    )
+    probed = {n: d["ssh_keys"] for n, d in data.items() if isinstance(d.get("ssh_keys"), dict)}
+    checks: list[Check] = []
+    for name, keys in probed.items():
+        own = keys.get("own")
+        if not own:
+            detail = "the MPI user has no ~/.ssh/id_ed25519.pub"
+            checks.append(Check("node keys", name, False, detail, f"{provision} (ssh_mesh)"))
+            continue
+        strangers = [
+            m for m, k in probed.items() if m != name and own not in k.get("authorized", [])
+        ]
+        if strangers:
+            detail = (
+                f"its key is not in the MPI user's authorized_keys on {', '.join(strangers)}: "
+                f"MPI daemons started from {name} cannot reach them"
+            )
+            checks.append(Check("node keys", name, False, detail, fix))
+    if probed and not checks:
+        checks.append(
+            Check("node keys", "all", True, "every node's key is authorized on every other node")
+        )
+    return checks

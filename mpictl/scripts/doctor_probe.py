@@ -9,7 +9,8 @@ from it (``login``: what ``su -``, ``sudo -i`` and an interactive login see), th
 OpenMPI, NCCL and (through ``venv_program``, run with ``venv_python``) the venv's packages, the
 build-fingerprint markers under /opt and beside the libnccl the linker finds, cores, GPUs, IPv4
 addresses and the default route's interface, TCP reachability of every target's SSH port, the
-hostfile's text and which tools exist. With ``"slurm": true`` in SPEC also whether munge and
+hostfile's text, which tools exist and the MPI user's public SSH keys (its own, and those its
+authorized_keys admits). With ``"slurm": true`` in SPEC also whether munge and
 slurmd run here and a fresh munge credential (the head decodes it: the same key on both nodes).
 Standard library only.
 """
@@ -283,6 +284,31 @@ def shared(directory: str, token_file: str) -> dict[str, Any]:
     return out
 
 
+KEY_TYPE = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-\S+|sk-\S+)$")
+
+
+def public_keys(text: str) -> list[str]:
+    """The ``TYPE BASE64`` of every key line of an authorized_keys or .pub text (options before
+    the type and comments after the key left out)."""
+    keys = []
+    for line in text.splitlines():
+        fields = line.split()
+        for i, field in enumerate(fields[:-1]):
+            if KEY_TYPE.match(field):
+                keys.append(f"{field} {fields[i + 1]}")
+                break
+    return keys
+
+
+def ssh_keys(home: str) -> dict[str, Any]:
+    """The MPI user's own public key (the one ranks started here log in to other nodes with; the
+    ssh_mesh role generates it as ~/.ssh/id_ed25519) and the keys its authorized_keys admits.
+    Public halves only."""
+    own = public_keys(read_text(os.path.join(home, ".ssh", "id_ed25519.pub")) or "")
+    authorized = public_keys(read_text(os.path.join(home, ".ssh", "authorized_keys")) or "")
+    return {"own": own[0] if own else None, "authorized": authorized}
+
+
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     versions: dict[str, Any] = {}
     out: dict[str, Any] = {
@@ -309,6 +335,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     out["reach"] = reach(spec["targets"])
     out["hostfile"] = read_text(spec["hostfile"])
     out["tools"] = {p: os.path.exists(p) for p in spec["tools"]}
+    out["ssh_keys"] = ssh_keys(os.path.expanduser("~"))
     if spec.get("slurm"):
         out["slurm"] = slurm_node()
     if spec.get("shared_dir"):

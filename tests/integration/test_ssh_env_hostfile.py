@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 import subprocess
@@ -353,6 +354,17 @@ def test_a_node_left_out_of_the_inventory_can_no_longer_log_in_to_the_others(
         for target, status in report.items():
             assert status.startswith("FAIL") and "Permission denied" in status, (target, status)
         assert mesh_report(a, [b.name, ips[b.name]]) == {b.name: "OK", ips[b.name]: "OK"}
+        # doctor over the whole inventory now names the node the others do not know (as after
+        # adding a node with --limit)
+        doctor = subprocess.run(
+            [sys.executable, "-m", "mpictl", "doctor", "-i", str(inventory), "--json"],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        keys_checks = [c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "node keys"]
+        assert doctor.returncode != 0 and [(c["node"], c["ok"]) for c in keys_checks] == [
+            (gone.name, False)
+        ], keys_checks
+        assert f"authorized_keys on {a.name}, {b.name}" in keys_checks[0]["detail"]
     finally:
         _, back = provision.provision(inventory, playbook="ssh.yml")
     assert back.ok, describe_failures(back)
