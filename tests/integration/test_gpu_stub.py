@@ -182,6 +182,27 @@ def test_nccl_is_one_build_for_the_gpus_of_both_nodes(gpu: GpuSandbox) -> None:
     assert sorted(r.host for r in checks if r.status == "ok") == ["node1", "node2"]
 
 
+def test_the_pytorch_only_default_brings_nothing_of_tensorflow(gpu: GpuSandbox) -> None:
+    """This sandbox keeps the default horovod_frameworks [pytorch]: Horovod is built without
+    TensorFlow, and no TensorFlow wheel reaches the nodes or their venv."""
+    envs = {
+        r.host: r.result.get("ansible_facts", {}).get("_horovod_build_env")
+        for r in gpu.first.task_results("Assemble the Horovod build environment of the node")  # type: ignore[attr-defined]
+        if r.status == "ok"
+    }
+    assert sorted(envs) == ["node1", "node2"], envs
+    for env in envs.values():
+        assert env["HOROVOD_WITH_PYTORCH"] == "1" and env["HOROVOD_WITHOUT_TENSORFLOW"] == "1"
+        assert "HOROVOD_WITH_TENSORFLOW" not in env
+    for node in gpu.cluster().nodes:
+        found = ssh(
+            node,
+            "ls /var/cache/mpictl/wheels/horovod-*/ /opt/mpictl/venv/lib/python3*/site-packages"
+            " | grep -ci tensorflow || true",
+        )
+        assert found.stdout.strip() == "0", (node.name, found.stdout)
+
+
 def test_mpi_slots_default_to_the_gpu_count(gpu: GpuSandbox) -> None:
     out = gpu.ok("hostfile", "-i", str(gpu.inventory)).stdout.split("\n")
     assert [line for line in out if line] == ["node1 slots=2", "node2 slots=8"]

@@ -123,7 +123,7 @@ def test_nccl_tests_compiled_once_and_on_the_mpi_users_path_on_every_node(
     assert len(markers) == 1 and "" not in markers, markers
 
 
-def test_horovod_built_once_and_check_build_lists_pytorch_and_mpi(
+def test_horovod_built_once_and_check_build_lists_both_frameworks_and_mpi(
     first_provision: runner.RunResult, inventory: Path
 ) -> None:
     assert_built_once(first_provision, "horovod", HOROVOD_BUILD_TASK, HOROVOD_INSTALL_TASK)
@@ -135,6 +135,8 @@ def test_horovod_built_once_and_check_build_lists_pytorch_and_mpi(
         frameworks = out.split("Available Frameworks:")[1].split("Available Controllers:")[0]
         controllers = out.split("Available Controllers:")[1].split("Available Tensor")[0]
         assert "[X] PyTorch" in frameworks, f"{node.name}:\n{out}"
+        # the session sandbox chooses both frameworks (conftest.IT_FRAMEWORKS)
+        assert "[X] TensorFlow" in frameworks, f"{node.name}:\n{out}"
         assert "[X] MPI" in controllers, f"{node.name}:\n{out}"
         markers.add(ssh(node, f"cat {VENV}/.mpictl-horovod-fingerprint").stdout.strip())
     assert len(markers) == 1 and "" not in markers, markers
