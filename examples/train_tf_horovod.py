@@ -41,6 +41,9 @@ def main() -> None:
     args = arguments(__doc__.splitlines()[0])
     one_thread()
     hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:  # one GPU per rank (Horovod's own recipe), before TensorFlow touches a device
+        tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
     pixels, labels = synthetic_data(args.batch * args.steps, seed=100 + hvd.rank())  # this shard
     data = tf.data.Dataset.from_tensor_slices((pixels, labels)).batch(args.batch).repeat()
     tf.keras.utils.set_random_seed(1234 + hvd.rank())  # different initial weights: rank 0's win

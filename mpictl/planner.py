@@ -295,6 +295,19 @@ def user_pml(mca: Sequence[tuple[str, str]]) -> str:
     return next((value for key, value in mca if key == "pml"), "")
 
 
+def tf_hosts(nodes: Sequence[Node]) -> list[str]:
+    """``--tf``'s MPICTL_TF_HOSTS: the addresses of ``nodes``. TensorFlow's worker list holds
+    ``HOST:PORT`` entries, which an IPv6 literal cannot be written into: refused."""
+    for node in nodes:
+        if ":" in node.address:
+            raise UsageError(
+                f"--tf: {node.name}'s address {node.address} is an IPv6 literal, which "
+                "TensorFlow's worker list (HOST:PORT) cannot hold; give the node a DNS name or "
+                "an IPv4 address (mpi_address)"
+            )
+    return [n.address for n in nodes]
+
+
 def rank_command(options: LaunchOptions, settings: cluster_settings.ClusterSettings) -> list[str]:
     """What every rank runs: the user's command, behind the torch wrapper with ``--torch`` or
     the TensorFlow one (a Python program of the cluster venv: it asks the ranks through mpi4py)
@@ -335,9 +348,9 @@ def plan(
     argv += mca_args(mca, network, transport)
     argv += ["--tag-output"]
     master = rank0_host(cluster, where.nodes).address
-    tf_hosts = [n.address for n in where.nodes]
+    hosts = tf_hosts(where.nodes) if options.tf else []
     for item in job_env(
-        options, env, network, job_id, master, transport, settings.shared_dir, tf_hosts
+        options, env, network, job_id, master, transport, settings.shared_dir, hosts
     ):
         argv += ["-x", item]
     command = rank_command(options, settings)

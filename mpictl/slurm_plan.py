@@ -69,8 +69,8 @@ def _exports(
     for key, value in zip(args[1::3], args[2::3], strict=True):
         lines.append(f"export OMPI_MCA_{key}={shlex.quote(value)}")
     # --tf: the addresses of every node Slurm may choose (each rank finds its own among them)
-    tf_hosts = [n.address for n in planner.select_nodes(cluster, options.hosts)]
-    for item in planner.job_env(options, env, net, job_id, None, transport, shared_dir, tf_hosts):
+    hosts = planner.tf_hosts(planner.select_nodes(cluster, options.hosts)) if options.tf else []
+    for item in planner.job_env(options, env, net, job_id, None, transport, shared_dir, hosts):
         name, sep, value = item.partition("=")
         lines.append(f"export {name}={shlex.quote(value)}" if sep else f"export {name}")
     if options.torch and "MASTER_ADDR" not in planner.user_names(env):

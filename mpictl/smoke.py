@@ -206,8 +206,7 @@ def preflight(
             head, hosts, hcmd, programs.source(PREFLIGHT), timeout=120
         )
     errors: list[str] = []
-    horovod_missing: dict[str, str] = {}  # node -> why a Horovod module does not import
-    horovod_ok: list[str] = []
+    imports: dict[str, dict[str, str]] = {m: {} for m in hmods}  # module -> node -> "ok" or why
     for node in cluster.nodes:
         out = outputs.get(node.address)
         if out is None or out.rc == 255:
@@ -242,21 +241,31 @@ def preflight(
                 f"{node.name}: mpi4py does not import ({mods.get('mpi4py')}); "
                 "fix: `mpictl provision` (mpi4py role)"
             )
-        broken = [f"{m}: {mods.get(m)}" for m in hmods if mods.get(m) != "ok"]
-        if hmods and not broken:
-            horovod_ok.append(node.name)
-        elif broken:
-            horovod_missing[node.name] = "; ".join(broken)
-    if horovod_missing and horovod_ok:
-        # Installed on some nodes only: a broken node, not a cluster without Horovod.
-        errors += [
-            f"{name}: Horovod does not import ({why}) while {', '.join(horovod_ok)} have it; "
-            "fix: `mpictl provision` (horovod role)"
-            for name, why in horovod_missing.items()
-        ]
+        for m in hmods:
+            imports[m][node.name] = str(mods.get(m))
+    # Horovod imports nowhere (under any framework): a cluster without Horovod, its suite skipped.
+    # Where it imports somewhere, every node and framework that fails is a broken install.
+    anywhere = {m: [n for n, why in got.items() if why == "ok"] for m, got in imports.items()}
     skip = {}
-    if horovod_missing:
-        skip["horovod"] = "; ".join(f"{name}: {why}" for name, why in horovod_missing.items())
+    if imports and not any(anywhere.values()):
+        skip["horovod"] = "; ".join(
+            f"{n}: " + "; ".join(f"{m}: {imports[m][n]}" for m in hmods)
+            for n in next(iter(imports.values()))
+        )
+        return errors, skip
+    for m, got in imports.items():
+        for name, why in got.items():
+            if why == "ok":
+                continue
+            if anywhere[m]:  # installed on some nodes only
+                others = f"{', '.join(anywhere[m])} have it"
+            else:  # this framework nowhere, another one imports
+                working = ", ".join(k for k in hmods if anywhere[k])
+                others = f"horovod_frameworks names it and {working} import"
+            errors.append(
+                f"{name}: Horovod does not import ({m}: {why}) while {others}; "
+                "fix: `mpictl provision` (horovod role)"
+            )
     return errors, skip
 
 

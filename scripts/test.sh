@@ -13,8 +13,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 export MPICTL_CACHE_DIR=${MPICTL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpictl}
 
 tier=${1:-all}
-ruff check mpictl tests bench filter_plugins roles examples playbooks
-ruff format --check mpictl tests bench filter_plugins roles examples playbooks
+ruff check mpictl tests bench filter_plugins roles examples playbooks mpictl/scripts/mpictl-tf-env
+ruff format --check mpictl tests bench filter_plugins roles examples playbooks mpictl/scripts/mpictl-tf-env
 shellcheck scripts/*.sh bench/*.sh .ci/run mpictl/scripts/*.sh mpictl/scripts/mpictl-torch-env
 shellcheck -s sh roles/*/files/*.sh  # node probes, run with sh -c through raw
 ansible-lint --nocolor -q playbooks roles

@@ -102,15 +102,16 @@ def venv(spec: dict[str, Any], versions: dict[str, Any]) -> bool:
         versions.update(json.loads(so.splitlines()[-1]))
     except (ValueError, IndexError):
         versions["mpi4py"] = "error: " + (se or so)[-200:]
-    # Horovod and PyTorch in another environment (horovod_python): their versions are that one's.
+    # Horovod and its frameworks in another environment (horovod_python): their versions are that
+    # one's.
     other = spec.get("frameworks_python") or ""
     if other and other != py:
         rc, so, se = run([other, "-c", spec["venv_program"]])
         try:
             found = json.loads(so.splitlines()[-1])
         except (ValueError, IndexError):
-            found = {"horovod": None, "torch": None}
-        versions.update({k: found.get(k) for k in ("horovod", "torch")})
+            found = {}
+        versions.update({k: found.get(k) for k in ("horovod", "torch", "tensorflow")})
     return True
 
 

@@ -13,8 +13,19 @@ import importlib.metadata
 import json
 from typing import Any
 
-# The distributions that install the `tensorflow` package, the usual ones first.
-TF_DISTS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tf-nightly")
+# The distributions that install the `tensorflow` package, the usual ones first (the horovod
+# role's files/python_env.py has the same list; a unit test keeps them equal).
+TF_DISTS = (
+    "tensorflow",
+    "tensorflow-cpu",
+    "tensorflow-gpu",
+    "tensorflow-intel",
+    "tensorflow-aarch64",
+    "tensorflow-rocm",
+    "intel-tensorflow",
+    "tf-nightly",
+    "tf-nightly-cpu",
+)
 
 
 def tensorflow_version() -> str | None:

@@ -513,7 +513,32 @@ def test_smoke_preflight_asks_for_every_framework_and_names_the_one_missing(monk
         f"node3: Horovod does not import (horovod.tensorflow: {broken}) while node1, node2 have "
         "it; fix: `mpictl provision` (horovod role)"
     ]
-    assert skip == {"horovod": f"node3: horovod.tensorflow: {broken}"}
+    assert skip == {}
+
+
+def test_smoke_preflight_a_framework_missing_everywhere_is_an_error_not_a_skip(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The inventory names tensorflow, Horovod imports under PyTorch, horovod.tensorflow nowhere
+    (a cluster not provisioned since): every node is named, nothing is silently skipped."""
+    ok3 = dict.fromkeys(("node1", "node2", "node3"), "ok")
+    missing = "ModuleNotFoundError: No module named 'tensorflow'"
+    errors, skip, _ = _preflight_with(
+        monkeypatch, ok3, dict.fromkeys(ok3, missing), frameworks=["pytorch", "tensorflow"]
+    )
+    assert skip == {}
+    assert errors == [
+        f"{n}: Horovod does not import (horovod.tensorflow: {missing}) while horovod_frameworks "
+        "names it and horovod.torch import; fix: `mpictl provision` (horovod role)"
+        for n in ("node1", "node2", "node3")
+    ]
+    # neither imports anywhere: a cluster without Horovod, whose suite is skipped
+    none = "ModuleNotFoundError: No module named 'horovod'"
+    errors, skip, _ = _preflight_with(
+        monkeypatch, dict.fromkeys(ok3, none), dict.fromkeys(ok3, none),
+        frameworks=["pytorch", "tensorflow"],
+    )  # fmt: skip
+    assert errors == [] and skip["horovod"].startswith(
+        f"node1: horovod.torch: {none}; horovod.tensorflow: {none}; node2: "
+    )
 
 
 # A stand-in for torch.distributed: a process group whose destructor, run when Python finalizes

@@ -337,3 +337,30 @@ def test_the_horovod_role_reads_a_tensorflow_build_from_its_files(  # type: igno
     got = json.loads(proc.stdout.splitlines()[-1])
     want = {"dist": name.replace("-", "_"), "version": "2.15.1", "cuda": cuda}
     assert got["tensorflow"] == want
+
+
+def test_tf_refuses_a_node_whose_address_is_an_ipv6_literal() -> None:
+    from tests.unit.jobside import cluster, node
+
+    c = cluster(node("node1", 1, address="fd00::1"), node("node2", 1, address="10.0.0.2"))
+    with pytest.raises(UsageError, match="node1's address fd00::1 is an IPv6 literal"):
+        planner.plan(c, LaunchOptions(command=CMD, tf=True), "J1", None)
+    with pytest.raises(UsageError, match="IPv6 literal"):
+        slurm_plan.plan(c, LaunchOptions(command=CMD, tf=True), "J1", None)
+    # without --tf the same cluster plans as before
+    assert planner.plan(c, LaunchOptions(command=CMD), "J1", None).command == CMD
+
+
+def test_the_role_and_the_doctor_know_the_same_tensorflow_distributions() -> None:
+    import ast
+
+    def dists(path: Path) -> tuple[str, ...]:
+        tree = ast.parse(path.read_text())
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign) and getattr(stmt.targets[0], "id", "") == "TF_DISTS":
+                return tuple(ast.literal_eval(stmt.value))
+        raise AssertionError(f"no TF_DISTS in {path}")
+
+    role = dists(ROOT / "roles" / "horovod" / "files" / "python_env.py")
+    assert role == dists(SCRIPTS / "venv_versions.py")
+    assert role[:2] == ("tensorflow", "tensorflow-cpu")
