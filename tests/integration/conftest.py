@@ -76,11 +76,9 @@ def inventory(it_state: Path) -> Iterator[Path]:
     that mounts CUDA does the same and shares that one OpenMPI build)."""
     from mpictl import sandbox
 
-    inv = clone_sandbox_inventory(it_state / "inventory", IT_NAME, IT_SUBNET, IT_PORT_BASE)
-    # TensorFlow beside PyTorch (issue 28): in the inventory, where smoke and doctor read it too.
-    # The demo's inventory keeps the default [pytorch]; the other test sandboxes do as well.
-    with (inv / "group_vars" / "all.yml").open("a") as fh:
-        fh.write(f"horovod_frameworks: {json.dumps(IT_FRAMEWORKS)}\n")
+    inv = with_the_session_frameworks(
+        clone_sandbox_inventory(it_state / "inventory", IT_NAME, IT_SUBNET, IT_PORT_BASE)
+    )
     sandbox.down(inv)  # leftovers of an interrupted earlier session
     cuda = Path("/usr/local/cuda").is_dir()
     sandbox.up(inv, cuda=cuda)
@@ -105,12 +103,25 @@ def source_vars(it_state: Path) -> dict[str, Any]:
     return {**yaml.safe_load(vars_file.read_text()), **TEST_VARS}
 
 
+def with_the_session_frameworks(inv: Path) -> Path:
+    """``inv`` (a copy of the sandbox inventory) choosing the session sandbox's frameworks
+    (TensorFlow beside PyTorch, issue 28), where smoke and doctor read them too. The demo's
+    inventory keeps the default [pytorch]; the other test sandboxes do as well. Any other
+    inventory that provisions the session's nodes must choose the same (IT_FRAMEWORKS), or its
+    run rebuilds their Horovod without TensorFlow."""
+    with (inv / "group_vars" / "all.yml").open("a") as fh:
+        fh.write(f"horovod_frameworks: {json.dumps(IT_FRAMEWORKS)}\n")
+    return inv
+
+
 def without_the_last_node(dst: Path) -> Path:
     """The session sandbox's inventory with its last node (node3) left out: a cluster that node
     was taken out of, while its container still runs."""
     from mpictl import sandbox
 
-    return sandbox.clone_inventory(dst, IT_NAME, IT_SUBNET, IT_PORT_BASE, 2)
+    return with_the_session_frameworks(
+        sandbox.clone_inventory(dst, IT_NAME, IT_SUBNET, IT_PORT_BASE, 2)
+    )
 
 
 def provision_run(inventory: Path, extravars: dict[str, Any], **kwargs: Any) -> runner.RunResult:

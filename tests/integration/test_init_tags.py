@@ -11,7 +11,7 @@ import yaml
 
 from mpictl import paths, runner
 from mpictl.inventory import load_inventory
-from tests.integration.conftest import provision_run
+from tests.integration.conftest import IT_FRAMEWORKS, provision_run
 from tests.integration.nodes import run_cli
 
 ALWAYS_PLAYS = (  # validation and preflight: they run whatever the tags select
@@ -40,8 +40,9 @@ def test_init_writes_an_inventory_that_provisions_the_sandbox(
         assert name in proc.stdout
     data = yaml.safe_load(out.read_text())
     assert set(data["all"]["children"]["mpi_nodes"]["hosts"]) == {"node1", "node2", "node3"}
-    # The written inventory, unchanged, provisions the same machines (a no-change run here).
-    result = provision_run(out, source_vars)
+    # The written inventory, unchanged, provisions the same machines (a no-change run here; the
+    # session's framework choice comes along, as a user's would in group_vars).
+    result = provision_run(out, {**source_vars, "horovod_frameworks": IT_FRAMEWORKS})
     assert result.ok, [r for r in result.task_results() if r.status == "failed"]
     assert set(result.stats) >= {"node1", "node2", "node3"}
     # A closed port is reported unreachable within seconds, not a hang.
