@@ -226,14 +226,14 @@ def job_env(
     master_addr: str | None,
     transport: Transport | None = None,
     shared_dir: str = "",
-    tf_hosts: Sequence[str] = (),
+    tf_nodes: Sequence[Node] = (),
 ) -> list[str]:
     """What every rank gets, as ``NAME=VALUE`` (or a user's bare ``NAME``), whatever launches
     it: the job id, the network's variables, the transport's (``UCX_NET_DEVICES`` where the pml
     is ucx, ``NCCL_IB_HCA`` where every node has the same RDMA ports), torch's rendezvous
     (``MASTER_ADDR`` where the launcher knows it now) or TensorFlow's (``MPICTL_TF_HOSTS``: the
-    addresses the job's nodes may have, ``MPICTL_TF_PORT``), then the user's ``-x`` items; a
-    user's own name wins over a default.
+    addresses of ``tf_nodes``, the nodes the job may get; ``MPICTL_TF_PORT``), then the user's
+    ``-x`` items; a user's own name wins over a default.
     """
     items = [f"MPICTL_JOB_ID={job_id}"]
     user_env = user_names(env)
@@ -258,7 +258,7 @@ def job_env(
             items.append(f"MASTER_PORT={options.master_port}")
     if options.tf:
         if "MPICTL_TF_HOSTS" not in user_env:
-            items.append("MPICTL_TF_HOSTS=" + ",".join(tf_hosts))
+            items.append("MPICTL_TF_HOSTS=" + ",".join(tf_hosts(tf_nodes)))
         if "MPICTL_TF_PORT" not in user_env:
             items.append(f"MPICTL_TF_PORT={options.tf_port}")
     return items + list(env)
@@ -348,9 +348,8 @@ def plan(
     argv += mca_args(mca, network, transport)
     argv += ["--tag-output"]
     master = rank0_host(cluster, where.nodes).address
-    hosts = tf_hosts(where.nodes) if options.tf else []
     for item in job_env(
-        options, env, network, job_id, master, transport, settings.shared_dir, hosts
+        options, env, network, job_id, master, transport, settings.shared_dir, where.nodes
     ):
         argv += ["-x", item]
     command = rank_command(options, settings)

@@ -68,9 +68,9 @@ def _exports(
     args = planner.mca_args(mca, net, transport)
     for key, value in zip(args[1::3], args[2::3], strict=True):
         lines.append(f"export OMPI_MCA_{key}={shlex.quote(value)}")
-    # --tf: the addresses of every node Slurm may choose (each rank finds its own among them)
-    hosts = planner.tf_hosts(planner.select_nodes(cluster, options.hosts)) if options.tf else []
-    for item in planner.job_env(options, env, net, job_id, None, transport, shared_dir, hosts):
+    # --tf: every node Slurm may choose (each rank finds its own address among them)
+    nodes = planner.select_nodes(cluster, options.hosts)
+    for item in planner.job_env(options, env, net, job_id, None, transport, shared_dir, nodes):
         name, sep, value = item.partition("=")
         lines.append(f"export {name}={shlex.quote(value)}" if sep else f"export {name}")
     if options.torch and "MASTER_ADDR" not in planner.user_names(env):

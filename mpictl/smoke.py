@@ -43,11 +43,8 @@ HOROVOD_FRAMEWORKS = {
         ("hvd_tf_allreduce", "hvd_tf_broadcast", "hvd_tf_allgather"),
     ),
 }
-# suite -> (its program in the job tools' directory, the tests it reports, the module it needs)
-PROGRAMS = {
-    "mpi": ("smoke_mpi.py", MPI_TESTS, "mpi4py"),
-    "horovod": ("smoke_horovod.py", HOROVOD_TESTS, "horovod.torch"),
-}
+# suite -> its program in the job tools' directory
+PROGRAMS = {"mpi": "smoke_mpi.py", "horovod": "smoke_horovod.py"}
 PREFLIGHT = "smoke_preflight.py"
 DEFAULT_TIMEOUT = 300.0
 
@@ -186,7 +183,7 @@ def preflight(
     suite the reason it cannot run ("" when it can)."""
     settings = settings or cluster_settings.for_cluster(cluster)
     venv_python = settings.venv_python
-    files = [settings.tool(PROGRAMS[s][0]) for s in suites]
+    files = [settings.tool(PROGRAMS[s]) for s in suites]
     # Horovod's module of every framework it was built for (horovod.torch, horovod.tensorflow).
     hmods = (
         [HOROVOD_FRAMEWORKS[f][0] for f in settings.horovod_frameworks]
@@ -269,6 +266,16 @@ def preflight(
     return errors, skip
 
 
+def suite_runs(
+    name: str, settings: cluster_settings.ClusterSettings
+) -> list[tuple[list[str], Sequence[str]]]:
+    """The jobs of a suite: (the program's arguments, the tests it reports) each. The Horovod
+    suite runs once per framework Horovod was built for (the framework is its argument)."""
+    if name == "horovod":
+        return [([f], HOROVOD_FRAMEWORKS[f][1]) for f in settings.horovod_frameworks]
+    return [([], MPI_TESTS)]
+
+
 def single_node_options(cluster: Cluster) -> dict[str, Any]:
     """On a cluster of one node (the most common first cluster: one 8-GPU server) the tests
     cannot cross nodes: they must span that node's ranks (``MPICTL_SMOKE_MIN_HOSTS=1``), at least
@@ -309,7 +316,6 @@ def run_smoke(
     names = sorted({n.name for n in cluster.nodes} | {n.address for n in cluster.nodes})
     one_node = single_node_options(cluster)
     for name in suites:
-        program, expected, _ = PROGRAMS[name]
         if name in skip:
             if suite == name:
                 report.errors.append(f"Horovod is not usable on {skip[name]}")
@@ -327,15 +333,11 @@ def run_smoke(
                 )
             continue
         python = settings.horovod_interpreter if name == "horovod" else settings.venv_python
-        # one job per framework Horovod was built for (its name is the program's argument)
-        runs = (
-            [([f], HOROVOD_FRAMEWORKS[f][1]) for f in settings.horovod_frameworks]
-            if name == "horovod"
-            else [([], expected)]
-        )
-        for args, tests in runs:
+        for args, tests in suite_runs(name, settings):
             options = LaunchOptions(
-                command=[python, "-u", settings.tool(program), *args], timeout=timeout, **one_node
+                command=[python, "-u", settings.tool(PROGRAMS[name]), *args],
+                timeout=timeout,
+                **one_node,
             )
             result, record = submit.submit(
                 cluster,
