@@ -12,7 +12,9 @@ PROCTRACK_CHOICES = ("auto", "cgroup", "linuxproc")
 # as proctrack/cgroup. Without them no task plugin: task/affinity also sets NUMA memory policies
 # (set_mempolicy), which a container's seccomp profile refuses without CAP_SYS_NICE (measured in
 # the sandbox: every task launch failed with "task_g_set_affinity: Operation not permitted").
-TASK_PLUGINS = {"cgroup": "task/cgroup,task/affinity", "linuxproc": "task/none"}
+# Slurm has no task/none plugin any more (26.05: TaskPlugin unset means none): "" leaves the
+# TaskPlugin line out of slurm.conf.
+TASK_PLUGINS = {"cgroup": "task/cgroup,task/affinity", "linuxproc": ""}
 
 
 class SlurmFilterError(ValueError):

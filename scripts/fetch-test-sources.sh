@@ -42,8 +42,10 @@ NCCL_TESTS_VERSION="${NCCL_TESTS_VERSION:-2.19.6}"
 HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 TORCH_WHEELHOUSE="${TORCH_WHEELHOUSE:-/opt/wheels}"
+# Slurm is vendored too (tests/data/sources/, a git archive of SchedMD's tag slurm-26-05-3-1).
+SLURM_VERSION="${SLURM_VERSION:-26.05.3}"
 
-SOURCES=(ucx ucc openmpi mpi4py nccl nccl_tests horovod torch)
+SOURCES=(ucx ucc openmpi mpi4py nccl nccl_tests horovod torch slurm)
 
 log() { printf 'fetch-test-sources: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -268,6 +270,16 @@ fetch_torch() {
     || die "no torch ${TORCH_VERSION} wheel in $TORCH_WHEELHOUSE"
   emit_var horovod_torch_version "$TORCH_VERSION"
   emit_var horovod_torch_wheelhouse "$TORCH_WHEELHOUSE"
+}
+
+# `git archive` of SchedMD/slurm's tag, vendored in the repository (a clean clone has it; Debian's
+# newer suites list Slurm 26.05, but the archive here serves only trixie's 24.11 file, which
+# SchedMD no longer supports). It is xz-compressed, not the tag's .tar.gz the role pins, so it
+# carries its own sha256 (the README of tests/data/sources/ records it).
+fetch_slurm() {
+  local file="$DEST/slurm-${SLURM_VERSION}.tar.xz"
+  copy_vendored "$file"
+  emit_source slurm "$SLURM_VERSION" "$file"
 }
 
 main() {

@@ -4,16 +4,20 @@ the slurm role set up, and mpictl's jobs through it (``--launcher slurm``), thro
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from mpictl import jobs
 from mpictl.inventory import Cluster
 from tests.integration.conftest import provision_run
-from tests.integration.nodes import ssh, ssh_mpi
+from tests.integration.nodes import ROOT, ssh, ssh_mpi
 from tests.integration.test_jobs import (
     TF_CONFIG_SCRIPT,
     VENV_PY,
@@ -57,19 +61,43 @@ def test_srun_pmix_runs_openmpi_ranks_directly(cluster: Cluster) -> None:
     assert proc.stdout.split("\n").count("sum 6") == 3, proc.stdout
 
 
-def test_mpicc_links_against_openmpis_pmix_beside_the_system_one(cluster: Cluster) -> None:
-    """The slurm role installs Debian's libpmix-dev (libpmix.so.2 in the system library dir). A
-    link line that puts that dir on the rpath, as Python extensions do (mpi4py's and Horovod's
-    builds on a Slurm cluster), must still resolve libmpi's PMIx from OpenMPI's own lib dir."""
-    prog = "#include <mpi.h>\nint main(void) { MPI_Init(0, 0); return MPI_Finalize(); }"
-    system = "/usr/lib/x86_64-linux-gnu"
+def test_every_node_runs_the_slurm_release_the_role_built(cluster: Cluster) -> None:
+    """One supported release everywhere, from the role's build (not a distribution's package)."""
+    want = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())["slurm_version"]
+    for node in cluster.nodes:
+        proc = ssh(node, "command -v sinfo; sinfo --version; dpkg-query -W slurmd || true")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split("\n")[:2] == ["/usr/local/bin/sinfo", f"slurm {want}"], (
+            node.name,
+            proc.stdout,
+        )
+
+
+def test_srun_and_its_ranks_share_openmpis_one_libpmix(cluster: Cluster) -> None:
+    """Slurm's PMIx server (in slurmstepd, the ranks' parent) and the ranks' PMIx client map the
+    same library file: the one of the cluster's OpenMPI. Read as root (slurmstepd's maps)."""
+    script = (
+        "import os\n"
+        "from mpi4py import MPI\n"
+        "def libs(pid):\n"
+        "    return sorted({l.split()[-1] for l in open(f'/proc/{pid}/maps') if 'libpmix' in l})\n"
+        "print('pmix', MPI.COMM_WORLD.rank, libs('self'), libs(os.getppid()))\n"
+    )
     proc = ssh(
         cluster.head,
-        f"test -e {system}/libpmix.so.2 && d=$(mktemp -d) && printf '%s\\n' '{prog}' > $d/t.c"
-        f" && mpicc $d/t.c -L{system} -Wl,--enable-new-dtags,-R{system} -o $d/t; rc=$?;"
-        " rm -rf $d; exit $rc",
+        f"cd /tmp && srun --mpi=pmix -N3 --ntasks-per-node=1 {VENV_PY} -c {shlex.quote(script)}",
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^pmix (\d+) (\[.*\]) (\[.*\])$", line)
+        if m:
+            found[int(m.group(1))] = (ast.literal_eval(m.group(2)), ast.literal_eval(m.group(3)))
+    assert sorted(found) == [0, 1, 2], proc.stdout
+    for rank, (mine, parents) in found.items():
+        assert mine == parents and len(mine) == 1, (rank, mine, parents)
+        assert mine[0].startswith("/opt/openmpi/") and "/lib/libpmix.so" in mine[0], (rank, mine)
 
 
 # OpenMPI 5.0.7's mpirun, with stdin at /dev/null as in every batch job, may push the EOF to
@@ -217,8 +245,8 @@ def test_launcher_slurm_on_a_cluster_without_slurm_and_an_unknown_launcher(
     assert nosuch.returncode == 2
     assert nosuch.stderr.strip().splitlines()[-1].endswith("choose one of mpirun, slurm")
     head = cluster.head
-    moved = "for b in sbatch scontrol; do mv /usr/bin/$b /usr/bin/$b.off; done"
-    back = "for b in sbatch scontrol; do mv /usr/bin/$b.off /usr/bin/$b; done"
+    moved = "for b in sbatch scontrol; do mv /usr/local/bin/$b /usr/local/bin/$b.off; done"
+    back = "for b in sbatch scontrol; do mv /usr/local/bin/$b.off /usr/local/bin/$b; done"
     assert ssh(head, moved).returncode == 0
     try:
         proc = mpictl("run", "-i", str(cluster.source), "--launcher", "slurm", "--", "true")

@@ -108,7 +108,7 @@ def test_proctrack_refuses_other_values_and_task_plugins_match() -> None:
     with pytest.raises(slurm.SlurmFilterError, match="slurm_proctrack_type must be one of"):
         slurm.slurm_proctrack("pgid", [True])
     assert slurm.slurm_task_plugin("cgroup") == "task/cgroup,task/affinity"
-    assert slurm.slurm_task_plugin("linuxproc") == "task/none"
+    assert slurm.slurm_task_plugin("linuxproc") == ""
 
 
 def test_filter_module_exports() -> None:
