@@ -18,6 +18,12 @@ REQUIRED = ("openmpi", "mpi4py", "mpi4py_library")
 VERSION_KEYS = ("openmpi", "mpi4py", "mpi4py_library", "horovod", "torch", "tensorflow", "nccl")
 # Compared only where some node has it: a cluster without TensorFlow gets no line for it.
 OPTIONAL_KEYS = ("tensorflow",)
+# Versions that must also agree across OS releases, by their public part (a local suffix such as
+# torch's "+cpu" left out): MPI's processes and Horovod's ranks of one job talk to each other. The
+# rest (builds, the Python packages of each OS's venv, mpi4py's library string, which names the
+# builder) is compared within each OS release only: a cluster upgraded node by node has one
+# build per release (roles/build_once).
+CLUSTER_WIDE_KEYS = ("openmpi", "mpi4py", "horovod", "nccl")
 
 
 def _differs(
@@ -184,19 +190,48 @@ def env_checks(
     return checks
 
 
+def os_groups(data: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """OS release -> its nodes, in the probes' order."""
+    groups: dict[str, list[str]] = {}
+    for name, d in data.items():
+        groups.setdefault(str(d.get("os") or "unknown"), []).append(name)
+    return groups
+
+
+def _public(version: Any) -> Any:
+    return version.split("+", 1)[0] if isinstance(version, str) else version
+
+
 def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[Check]:
-    """Identical versions and build fingerprints everywhere, and the job side's tools."""
+    """Identical versions and build fingerprints within each OS release (all nodes where the
+    cluster runs one), the versions of CLUSTER_WIDE_KEYS across releases, and the job side's
+    tools."""
     checks: list[Check] = []
     vfix = f"{provision} (build-once reinstalls the cached build where the marker differs)"
+    groups = os_groups(data)
+
+    def per_group(label: str, values: Mapping[str, Any], required: bool = False) -> list[Check]:
+        if len(groups) == 1:
+            return _differs(label, values, vfix, required)
+        out: list[Check] = []
+        for release, names in groups.items():
+            group = {n: values[n] for n in names}
+            out += _differs(f"{label} ({release})", group, vfix, required)
+        return out
+
     for key in VERSION_KEYS:
         values = {n: d.get("versions", {}).get(key) for n, d in data.items()}
         if key in OPTIONAL_KEYS and all(v is None for v in values.values()):
             continue
-        checks += _differs(f"{key} version", values, vfix, key in REQUIRED)
+        checks += per_group(f"{key} version", values, key in REQUIRED)
+        if len(groups) > 1 and key in CLUSTER_WIDE_KEYS:
+            public = {n: _public(v) for n, v in values.items() if v is not None}
+            if public:
+                checks += _differs(f"{key} version across OS releases", public, vfix)
     marker_paths = sorted({p for d in data.values() for p in d.get("markers", {})})
     for path in marker_paths:
         values = {n: d.get("markers", {}).get(path) for n, d in data.items()}
-        checks += _differs(f"fingerprint {path}", values, vfix)
+        checks += per_group(f"fingerprint {path}", values)
     if not marker_paths:
         checks.append(Check("fingerprints", "all", False, "no build markers under /opt", vfix))
     tools = sorted({p for d in data.values() for p in d.get("tools", {})})

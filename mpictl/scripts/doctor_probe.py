@@ -44,6 +44,19 @@ def read_marker(path: str) -> str:
         return f"unreadable: {exc}"
 
 
+def os_release(text: str | None) -> str:
+    """The node's OS release as its builds are keyed (roles/build_once): ``debian bookworm``
+    (ID and VERSION_CODENAME of /etc/os-release, else VERSION_ID), or ``unknown``."""
+    fields = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip().strip("\"'")
+    name = fields.get("ID", "")
+    release = fields.get("VERSION_CODENAME") or fields.get("VERSION_ID", "")
+    return f"{name} {release}".strip() or "unknown"
+
+
 def markers(root: str = "/opt", depth: int = 4) -> dict[str, str]:
     """Build-fingerprint markers (``.mpictl*`` files) up to ``depth`` levels below ``root``."""
     out = {}
@@ -317,6 +330,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         "path": os.environ.get("PATH", ""),
         "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
         "versions": versions,
+        "os": os_release(read_text("/etc/os-release")),
     }
     openmpi(versions, out)
     out["login"] = {shell: login_shell(shell) for shell in ("bash", "sh")}

@@ -100,6 +100,30 @@ def test_srun_and_its_ranks_share_openmpis_one_libpmix(cluster: Cluster) -> None
         assert mine[0].startswith("/opt/openmpi/") and "/lib/libpmix.so" in mine[0], (rank, mine)
 
 
+def test_a_limited_run_that_would_mix_slurm_releases_is_refused_before_any_node_changes(
+    cluster: Cluster, source_vars: dict[str, Any]
+) -> None:
+    """Under --limit only the play's nodes would move to slurm_version: with the controller on
+    another release the run stops in preflight, naming both, and changes nothing."""
+    node3 = cluster.nodes[2]
+    other = {**source_vars, "slurm_version": "26.05.2"}
+    result = provision_run(cluster.source, other, limit=node3.name)
+    assert not result.ok
+    assert all(s.changed == 0 for s in result.stats.values()), result.stats
+    msgs = [
+        str(r.result.get("msg", ""))
+        for r in result.task_results()
+        if r.status == "failed" and not r.ignore_errors
+    ]
+    assert any(
+        f"covers {node3.name} only (--limit)" in m
+        and "install Slurm 26.05.2" in m
+        and f"the controller {cluster.head.name} runs Slurm " in m
+        for m in msgs
+    ), msgs
+    assert ssh(node3, "sinfo --version").stdout.strip() != "slurm 26.05.2"
+
+
 # OpenMPI 5.0.7's mpirun, with stdin at /dev/null as in every batch job, may push the EOF to
 # rank 0 before it knows which daemon hosts that rank: PRRTE then logs this line (iof_hnp.c,
 # push_stdin) and the job runs on unharmed. Seen once in CI; `mpirun --stdin none` avoids it.

@@ -1,0 +1,93 @@
+"""doctor on a cluster that mixes OS releases (issue 26, day 2: upgraded node by node): builds and
+the venv's packages are compared within each release, the versions that must talk to each other
+(OpenMPI, mpi4py, Horovod, NCCL) across releases too. The probe's reading of /etc/os-release."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from mpictl.doctor.nodes import build_checks
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "doctor_probe", ROOT / "mpictl" / "scripts" / "doctor_probe.py"
+)
+assert _spec and _spec.loader
+probe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(probe)
+
+BOOKWORM = "debian bookworm"
+TRIXIE = "debian trixie"
+MARKER = "/opt/openmpi/5.0.7/.mpictl-fingerprint"
+
+
+def node(os: str, fingerprint: str, **versions: str) -> dict[str, Any]:
+    base = {
+        "openmpi": "mpirun (Open MPI) 5.0.7",
+        "mpi4py": "4.1.2",
+        "mpi4py_library": f"Open MPI v5.0.7, package: Open MPI root@{fingerprint} Distribution",
+        "torch": "2.13.0+cpu" if os == BOOKWORM else "2.13.0",
+    }
+    return {"os": os, "versions": {**base, **versions}, "markers": {MARKER: fingerprint}}
+
+
+def failed(checks: list[Any]) -> list[tuple[str, str]]:
+    return [(c.check, c.node) for c in checks if not c.ok]
+
+
+def test_a_mixed_cluster_with_one_build_per_release_passes() -> None:
+    data = {
+        "node1": node(BOOKWORM, "fp12"),
+        "node2": node(BOOKWORM, "fp12"),
+        "node3": node(TRIXIE, "fp13"),
+    }
+    checks = build_checks(data, "provision")
+    assert failed(checks) == []
+    labels = {c.check for c in checks}
+    assert f"fingerprint {MARKER} (debian bookworm)" in labels
+    assert f"fingerprint {MARKER} (debian trixie)" in labels
+    assert "openmpi version across OS releases" in labels
+    # torch differs by its local suffix and by release: compared within each release only
+    assert "torch version across OS releases" not in labels
+
+
+def test_a_node_whose_build_differs_from_its_releases_is_named() -> None:
+    data = {
+        "node1": node(BOOKWORM, "fp12"),
+        "node2": node(BOOKWORM, "old12"),
+        "node3": node(BOOKWORM, "fp12"),
+        "node4": node(TRIXIE, "fp13"),
+    }
+    assert failed(build_checks(data, "provision")) == [
+        ("mpi4py_library version (debian bookworm)", "node2"),
+        (f"fingerprint {MARKER} (debian bookworm)", "node2"),
+    ]
+
+
+def test_an_openmpi_release_that_differs_across_os_releases_fails() -> None:
+    data = {
+        "node1": node(BOOKWORM, "fp12"),
+        "node2": node(BOOKWORM, "fp12"),
+        "node3": node(TRIXIE, "fp13", openmpi="mpirun (Open MPI) 5.0.8"),
+    }
+    bad = [c for c in build_checks(data, "provision") if not c.ok]
+    assert [(c.check, c.node) for c in bad] == [("openmpi version across OS releases", "node3")]
+    assert "mpirun (Open MPI) 5.0.8; other nodes: mpirun (Open MPI) 5.0.7" in bad[0].detail
+
+
+def test_one_release_keeps_the_cluster_wide_labels() -> None:
+    data = {"node1": node(BOOKWORM, "fp12"), "node2": node(BOOKWORM, "other")}
+    assert failed(build_checks(data, "provision")) == [
+        ("mpi4py_library version", "node2"),
+        (f"fingerprint {MARKER}", "node2"),
+    ]
+
+
+def test_the_probe_reads_the_release_as_builds_are_keyed() -> None:
+    debian = 'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\nID=debian\nVERSION_ID="13"\n'
+    assert probe.os_release(debian + "VERSION_CODENAME=trixie\n") == TRIXIE
+    assert probe.os_release(debian) == "debian 13"
+    assert probe.os_release('ID="ubuntu"\nVERSION_CODENAME=noble\n') == "ubuntu noble"
+    assert probe.os_release(None) == "unknown"
