@@ -83,7 +83,7 @@ def builds(result: Any) -> dict[str, Any]:
     compiled: dict[str, list[str]] = defaultdict(list)
     fingerprints: dict[str, dict[str, str]] = defaultdict(dict)
     for r in result.task_results():
-        if r.status != "ok":
+        if r.status not in ("ok", "changed"):
             continue
         task = r.task
         if task.startswith("Compile ") and task.endswith(" on the builder node"):
@@ -110,7 +110,16 @@ def builds(result: Any) -> dict[str, Any]:
             problems.append(f"{name}: more than one fingerprint within a release: {dict(per_os)}")
         if len(per_os) == 2 and per_os["bookworm"] == per_os["trixie"]:
             problems.append(f"{name}: one fingerprint for both releases")
-    return {"compiled_on": dict(compiled), "fingerprints": dict(fingerprints), "problems": problems}
+    per_release = {
+        what: {o: sum(OS_OF[h] == o for h in hosts) for o in sorted(set(OS_OF.values()))}
+        for what, hosts in compiled.items()
+    }
+    return {
+        "compiled_on": dict(compiled),
+        "compiles_per_release": per_release,
+        "fingerprints": dict(fingerprints),
+        "problems": problems,
+    }
 
 
 def ssh(inv: Path, host: str, command: str, user: str = "root") -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,6 @@ its recorded keys. The first full run of an inventory writes the record and repo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,8 +42,7 @@ class Change:
 
 
 def record_path(inventory: Path) -> Path:
-    digest = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:16]
-    return paths.state_dir() / "members" / f"{digest}.json"
+    return paths.state_dir() / "members" / f"{paths.inventory_key(inventory)}.json"
 
 
 def load(inventory: Path) -> dict[str, list[str]] | None:

@@ -18,6 +18,7 @@ line that names the dir, what is wrong and the fix (:func:`ensure_dir`, :func:`e
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from importlib import resources
 from pathlib import Path
@@ -61,8 +62,17 @@ def cache_dir() -> Path:
     return Path(env).resolve() if env else _xdg("XDG_CACHE_HOME", ".cache")
 
 
-def facts_dir() -> Path:
-    return state_dir() / "facts"
+def inventory_key(inventory: Path | str) -> str:
+    """A short digest of the inventory's resolved path: what mpictl keeps per cluster (the
+    member record, the fact cache) is kept under it, so two clusters whose hosts share names
+    (node1 in staging and in production) never read each other's."""
+    return hashlib.sha256(str(Path(inventory).resolve()).encode()).hexdigest()[:16]
+
+
+def facts_dir(inventory: Path | str) -> Path:
+    """The fact cache of the cluster of ``inventory`` (Ansible's jsonfile cache is keyed by
+    host name only)."""
+    return state_dir() / "facts" / inventory_key(inventory)
 
 
 def runs_dir() -> Path:

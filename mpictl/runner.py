@@ -200,7 +200,8 @@ def _run(kind: str, on_event: EventHandler | None, **kwargs: Any) -> RunResult:
     import ansible_runner
 
     run_id, run_dir = new_run_dir(kind)
-    paths.facts_dir().mkdir(parents=True, exist_ok=True)
+    facts = paths.facts_dir(kwargs["inventory"])
+    facts.mkdir(parents=True, exist_ok=True)
     events: list[dict[str, Any]] = []
 
     def handler(event: dict[str, Any]) -> bool:
@@ -216,7 +217,7 @@ def _run(kind: str, on_event: EventHandler | None, **kwargs: Any) -> RunResult:
             ident="run",
             envvars=environment(),
             fact_cache_type="jsonfile",
-            fact_cache=str(paths.facts_dir()),
+            fact_cache=str(facts),
             quiet=True,
             event_handler=handler,
             **kwargs,

@@ -225,13 +225,18 @@ def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[
             continue
         checks += per_group(f"{key} version", values, key in REQUIRED)
         if len(groups) > 1 and key in CLUSTER_WIDE_KEYS:
-            public = {n: _public(v) for n, v in values.items() if v is not None}
-            if public:
-                checks += _differs(f"{key} version across OS releases", public, vfix)
+            # a node without it counts as "missing" where another release has it
+            public = {n: _public(v) for n, v in values.items()}
+            checks += _differs(f"{key} version across OS releases", public, vfix)
     marker_paths = sorted({p for d in data.values() for p in d.get("markers", {})})
     for path in marker_paths:
         values = {n: d.get("markers", {}).get(path) for n, d in data.items()}
         checks += per_group(f"fingerprint {path}", values)
+        if len(groups) > 1:
+            # the build's content differs by release, its presence does not: a component (or a
+            # release of it, such as /opt/slurm/26.05.3) missing from a whole release is named
+            present = {n: None if v is None else "installed" for n, v in values.items()}
+            checks += _differs(f"{path} across OS releases", present, vfix)
     if not marker_paths:
         checks.append(Check("fingerprints", "all", False, "no build markers under /opt", vfix))
     tools = sorted({p for d in data.values() for p in d.get("tools", {})})

@@ -133,7 +133,9 @@ def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) 
             cluster.head.name,
             "pmix" in plugins,
             f"plugins: {', '.join(plugins) or 'none'}",
-            "" if "pmix" in plugins else f"install libpmix2 and libpmix-dev: {_fix(provision)}",
+            ""
+            if "pmix" in plugins
+            else f"the slurm role builds Slurm against OpenMPI's PMIx: {_fix(provision)}",
         ),
     ]
 

@@ -49,8 +49,39 @@ def test_a_mixed_cluster_with_one_build_per_release_passes() -> None:
     assert f"fingerprint {MARKER} (debian bookworm)" in labels
     assert f"fingerprint {MARKER} (debian trixie)" in labels
     assert "openmpi version across OS releases" in labels
-    # torch differs by its local suffix and by release: compared within each release only
-    assert "torch version across OS releases" not in labels
+    assert f"{MARKER} across OS releases" in labels
+    # torch is the venv's (2.13.0+cpu on one release, 2.13.0 on the other): within each only
+    torch = {c.check: c.detail for c in checks if c.check.startswith("torch version")}
+    assert torch == {
+        "torch version (debian bookworm)": "2.13.0+cpu",
+        "torch version (debian trixie)": "2.13.0",
+    }
+
+
+def test_a_local_version_suffix_does_not_split_releases() -> None:
+    data = {
+        "node1": node(BOOKWORM, "fp12", horovod="0.28.1+local"),
+        "node2": node(TRIXIE, "fp13", horovod="0.28.1"),
+    }
+    checks = {c.check: c for c in build_checks(data, "provision")}
+    assert checks["horovod version across OS releases"].ok
+    assert checks["horovod version across OS releases"].detail == "0.28.1"
+
+
+def test_a_component_missing_from_a_whole_release_is_named() -> None:
+    trixie = node(TRIXIE, "fp13")
+    del trixie["markers"][MARKER]
+    data = {
+        "node1": node(BOOKWORM, "fp12", horovod="0.28.1"),
+        "node2": node(BOOKWORM, "fp12", horovod="0.28.1"),
+        "node3": trixie,
+    }
+    bad = [c for c in build_checks(data, "provision") if not c.ok]
+    assert [(c.check, c.node) for c in bad] == [
+        ("horovod version across OS releases", "node3"),
+        (f"{MARKER} across OS releases", "node3"),
+    ]
+    assert bad[0].detail == "missing; other nodes: 0.28.1"
 
 
 def test_a_node_whose_build_differs_from_its_releases_is_named() -> None:

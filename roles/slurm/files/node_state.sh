@@ -15,10 +15,17 @@ exec 2>/dev/null
 prefix=$1
 dpkg-query -W -f '${db:Status-Status} ${Package} ${Version}\n' munge libmunge2 libnuma1 libdbus-1-3 \
   | awk '$1 == "installed" {print "package " $2 " " $3}'
+# Debian's own Slurm packages (an earlier mpictl installed them): the role's build replaces them.
 dpkg-query -W -f '${db:Status-Status} ${Package} ${Version}\n' slurmd slurmctld slurm-client \
   slurm-wlm-basic-plugins slurm-wlm | awk '$1 == "installed" {print "debian-package " $2 " " $3}'
 [ -f "$prefix/.mpictl-fingerprint" ] && echo "marker $(cat "$prefix/.mpictl-fingerprint")"
-[ -x "$prefix/bin/sinfo" ] && echo "version $("$prefix/bin/sinfo" --version | awk '{print $2}')"
+# The release from the installed header (sinfo --version needs a readable slurm.conf).
+v=$(awk '/define SLURM_VERSION_NUMBER/ {print $3}' "$prefix/include/slurm/slurm_version.h")
+[ -n "$v" ] && printf 'version %d.%02d.%d\n' $((v >> 16 & 255)) $((v >> 8 & 255)) $((v & 255))
+# "role-slurm yes": a Slurm of this role (any release) was installed beside the prefix.
+for m in "$(dirname "$prefix")"/*/.mpictl-fingerprint; do
+  [ -f "$m" ] && { echo "role-slurm yes"; break; }
+done
 id -u slurm >/dev/null && echo "uid $(id -u slurm)"
 getent group slurm >/dev/null && echo "gid $(getent group slurm | cut -d: -f3)"
 links=ok
@@ -41,15 +48,13 @@ done
 for s in munge slurmd slurmctld; do
   echo "service $s $(systemctl is-active "$s.service") $(systemctl is-enabled "$s.service")"
 done
-# "stale NAME": the service's process started before one of its files last changed (a run that
+# "stale NAME": the running service started before one of its files last changed (a run that
 # stopped before its handlers restarted it: munge would still use the key its package made).
-boot=$(awk '$1 == "btime" {print $2}' /proc/stat)
-hz=$(getconf CLK_TCK)
+# Whole seconds on both sides: a file written in the second the service started is not stale.
 stale() {
   name=$1; shift
-  pid=$(systemctl show -p MainPID --value "$name.service")
-  [ "${pid:-0}" -gt 0 ] || return 0
-  started=$(awk -v b="$boot" -v hz="$hz" '{sub(/^.*\) /, ""); print int(b + $20 / hz)}' "/proc/$pid/stat")
+  [ "$(systemctl is-active "$name.service")" = active ] || return 0
+  started=$(date -d "$(systemctl show -p ExecMainStartTimestamp --value "$name.service")" +%s)
   [ -n "$started" ] || return 0
   for f in "$@"; do
     if [ -e "$f" ] && [ "$(stat -c %Y "$f")" -gt "$started" ]; then echo "stale $name"; return 0; fi
