@@ -196,20 +196,14 @@ def main() -> int:
             out["os_release"] = {
                 h: ssh(inv, h, ". /etc/os-release; echo $PRETTY_NAME").stdout.strip() for h in OS_OF
             }
-            srun = ssh(
-                inv,
-                "node1",
-                f'cd /tmp && srun --mpi=pmix -N3 --ntasks-per-node=1 {VENV_PY} -c "{ALLREDUCE}"',
-                user="mpi",
-            )
-            out["srun_pmix_allreduce"] = srun.stdout.split("\n").count("sum 6") == 3
-            alloc = ssh(
-                inv,
-                "node1",
-                f'cd /tmp && salloc -N3 --ntasks-per-node=1 mpirun {VENV_PY} -c "{ALLREDUCE}"',
-                user="mpi",
-            )
-            out["mpirun_in_allocation_allreduce"] = alloc.stdout.split("\n").count("sum 6") == 3
+            # mpi4py's allreduce on the three nodes, across both releases, started by Slurm's
+            # PMIx and by mpirun inside an allocation
+            for key, launch in (
+                ("srun_pmix_allreduce", "srun --mpi=pmix -N3 --ntasks-per-node=1"),
+                ("mpirun_in_allocation_allreduce", "salloc -N3 --ntasks-per-node=1 mpirun"),
+            ):
+                job = ssh(inv, "node1", f'cd /tmp && {launch} {VENV_PY} -c "{ALLREDUCE}"', "mpi")
+                out[key] = job.stdout.split("\n").count("sum 6") == 3
             t = time.monotonic()
             _, again = provision.provision(inv, extravars=extravars)
             out["no_change_rerun"] = {

@@ -5,18 +5,13 @@ OpenSSH writes."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from mpictl.doctor.nodes import key_checks
+from tests.unit.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "doctor_probe", ROOT / "mpictl" / "scripts" / "doctor_probe.py"
-)
-assert _spec and _spec.loader
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
+probe = load("doctor_probe", ROOT / "mpictl" / "scripts" / "doctor_probe.py")
 
 KEY = {n: f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{n}" for n in ("node1", "node2", "node3", "node4")}
 CONTROLLER = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIcontroller"

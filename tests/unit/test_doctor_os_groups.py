@@ -4,19 +4,14 @@ the venv's packages are compared within each release, the versions that must tal
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 from mpictl.doctor.nodes import build_checks
+from tests.unit.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "doctor_probe", ROOT / "mpictl" / "scripts" / "doctor_probe.py"
-)
-assert _spec and _spec.loader
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
+probe = load("doctor_probe", ROOT / "mpictl" / "scripts" / "doctor_probe.py")
 
 BOOKWORM = "debian bookworm"
 TRIXIE = "debian trixie"
