@@ -15,7 +15,9 @@ python bench/mixed_os.py [--keep]
 
 Horovod is off in this cluster: PyTorch for Python 3.13 (Debian 13's) cannot be fetched from this
 machine (its package index lacks the CUDA libraries PyPI's torch build needs, and the CPU
-build here is for Python 3.11 only). Writes bench/out/mixed_os.json.
+build here is for Python 3.11 only). Its state (keys, facts, runs) is in a state dir of its own
+(MPICTL_STATE_DIR, default ~/.local/state/mpictl-bench-mixed): the fact cache is keyed by host
+name, and the demo's nodes have the same names. Writes bench/out/mixed_os.json.
 """
 
 from __future__ import annotations
@@ -152,6 +154,11 @@ def ssh(inv: Path, host: str, command: str, user: str = "root") -> subprocess.Co
 
 
 def main() -> int:
+    # A state dir of its own: its nodes are named node1..3 like the demo's, and Ansible's fact
+    # cache (one per state dir) is keyed by host name.
+    os.environ.setdefault(
+        "MPICTL_STATE_DIR", str(Path.home() / ".local" / "state" / "mpictl-bench-mixed")
+    )
     from mpictl import provision
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -645,7 +645,7 @@ def load_inventory(
         raise InventoryError(f"{shown(path)}: inventory not found")
     loader, manager = load_manager(path)
     variables = _InventoryVars(loader, manager)
-    cached = _FactCache(facts_dir or paths.facts_dir(path))
+    cached = _FactCache(facts_dir or paths.facts_dir())
     groups = manager.get_groups_dict()
     names = groups.get(NODES_GROUP) or []
     if not names:

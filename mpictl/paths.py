@@ -63,16 +63,16 @@ def cache_dir() -> Path:
 
 
 def inventory_key(inventory: Path | str) -> str:
-    """A short digest of the inventory's resolved path: what mpictl keeps per cluster (the
-    member record, the fact cache) is kept under it, so two clusters whose hosts share names
-    (node1 in staging and in production) never read each other's."""
+    """A short digest of the inventory's resolved path: what mpictl keeps per inventory (the
+    member record) is kept under it."""
     return hashlib.sha256(str(Path(inventory).resolve()).encode()).hexdigest()[:16]
 
 
-def facts_dir(inventory: Path | str) -> Path:
-    """The fact cache of the cluster of ``inventory`` (Ansible's jsonfile cache is keyed by
-    host name only)."""
-    return state_dir() / "facts" / inventory_key(inventory)
+def facts_dir() -> Path:
+    """Ansible's jsonfile fact cache, keyed by host name: one per state dir, shared by every
+    inventory run from it (a sub-inventory of a cluster reads its facts). Clusters whose hosts
+    share names (node1 in staging and in production) need a state dir each."""
+    return state_dir() / "facts"
 
 
 def runs_dir() -> Path:

@@ -200,7 +200,7 @@ def _run(kind: str, on_event: EventHandler | None, **kwargs: Any) -> RunResult:
     import ansible_runner
 
     run_id, run_dir = new_run_dir(kind)
-    facts = paths.facts_dir(kwargs["inventory"])
+    facts = paths.facts_dir()
     facts.mkdir(parents=True, exist_ok=True)
     events: list[dict[str, Any]] = []
 

