@@ -17,6 +17,7 @@ its recorded keys. The first full run of an inventory writes the record and repo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,7 +43,8 @@ class Change:
 
 
 def record_path(inventory: Path) -> Path:
-    return paths.state_dir() / "members" / f"{paths.inventory_key(inventory)}.json"
+    digest = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:16]
+    return paths.state_dir() / "members" / f"{digest}.json"
 
 
 def load(inventory: Path) -> dict[str, list[str]] | None:

@@ -18,7 +18,6 @@ line that names the dir, what is wrong and the fix (:func:`ensure_dir`, :func:`e
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 from importlib import resources
 from pathlib import Path
@@ -60,12 +59,6 @@ def state_dir() -> Path:
 def cache_dir() -> Path:
     env = os.environ.get("MPICTL_CACHE_DIR")
     return Path(env).resolve() if env else _xdg("XDG_CACHE_HOME", ".cache")
-
-
-def inventory_key(inventory: Path | str) -> str:
-    """A short digest of the inventory's resolved path: what mpictl keeps per inventory (the
-    member record) is kept under it."""
-    return hashlib.sha256(str(Path(inventory).resolve()).encode()).hexdigest()[:16]
 
 
 def facts_dir() -> Path:

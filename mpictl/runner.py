@@ -200,8 +200,7 @@ def _run(kind: str, on_event: EventHandler | None, **kwargs: Any) -> RunResult:
     import ansible_runner
 
     run_id, run_dir = new_run_dir(kind)
-    facts = paths.facts_dir()
-    facts.mkdir(parents=True, exist_ok=True)
+    paths.facts_dir().mkdir(parents=True, exist_ok=True)
     events: list[dict[str, Any]] = []
 
     def handler(event: dict[str, Any]) -> bool:
@@ -217,7 +216,7 @@ def _run(kind: str, on_event: EventHandler | None, **kwargs: Any) -> RunResult:
             ident="run",
             envvars=environment(),
             fact_cache_type="jsonfile",
-            fact_cache=str(facts),
+            fact_cache=str(paths.facts_dir()),
             quiet=True,
             event_handler=handler,
             **kwargs,
