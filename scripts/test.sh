@@ -18,8 +18,9 @@ ruff format --check mpictl tests bench filter_plugins roles examples playbooks m
 shellcheck scripts/*.sh bench/*.sh .ci/run mpictl/scripts/*.sh mpictl/scripts/mpictl-torch-env
 shellcheck -s sh roles/*/files/*.sh  # node probes, run with sh -c through raw
 ansible-lint --nocolor -q playbooks roles
-pytest -q -p no:cacheprovider tests/unit
+pytest -q -p no:cacheprovider -rs tests/unit
 if [ "$tier" = all ]; then
   bash scripts/fetch-test-sources.sh
-  pytest -v -p no:cacheprovider -m integration tests/integration
+  # --durations: the profile of every test (setup included), the first place to look when CI slows
+  pytest -v -p no:cacheprovider -rs --durations=60 --durations-min=5 -m integration tests/integration
 fi
