@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import shlex
 import subprocess
 import threading
@@ -33,22 +34,29 @@ CANCELLED_EXIT = 143
 class HeadState:
     state: str  # "running", "exited", "cancelled", "lost"
     exit_code: int | None = None
+    watchdog: bool = False  # the watchdog ended mpirun after every rank had ended
 
 
 def remote_dir(job_id: str) -> str:
     return f"{REMOTE_BASE}/{job_id}"
 
 
-def _command(action: str, *args: str) -> str:
+def _command(action: str, *args: str, env: Sequence[str] = ()) -> str:
     argv = ["bash", "-c", programs.source(SCRIPT), "mpictl-detached", action, *args]
-    return "exec " + shlex.join(argv)
+    return "exec " + shlex.join(["env", *env, *argv] if env else argv)
 
 
 def parse_state(line: str) -> tuple[str, HeadState]:
-    """``DIR exited RC`` / ``DIR cancelled`` / ``DIR running`` / ``DIR lost`` -> (dir, state)."""
+    """``DIR exited RC [watchdog]`` / ``DIR cancelled`` / ``DIR running`` / ``DIR lost`` ->
+    (dir, state)."""
     parts = line.split()
-    if len(parts) == 3 and parts[1] == "exited" and parts[2].lstrip("-").isdecimal():
-        return parts[0], HeadState("exited", int(parts[2]))
+    if (
+        len(parts) in (3, 4)
+        and parts[1] == "exited"
+        and parts[2].lstrip("-").isdecimal()
+        and parts[3:] in ([], ["watchdog"])
+    ):
+        return parts[0], HeadState("exited", int(parts[2]), watchdog=len(parts) == 4)
     if len(parts) == 2 and parts[1] in ("running", "cancelled", "lost"):
         return parts[0], HeadState(parts[1])
     raise ValueError(f"not a job state: {line!r}")
@@ -57,7 +65,10 @@ def parse_state(line: str) -> tuple[str, HeadState]:
 def start(head: remote.HeadSSH, plan: LaunchPlan, record: jobs.JobRecord) -> jobs.JobRecord:
     """Start ``plan`` detached on the head; the record notes where and how it runs."""
     directory = remote_dir(plan.job_id)
-    proc = head.run(_command("start", directory, *plan.argv[1:]), timeout=60)
+    words, env = executor.launch(
+        plan, executor.watchdog_grace(os.environ.get("MPICTL_WATCHDOG_GRACE"))
+    )
+    proc = head.run(_command("start", directory, *words, env=env), timeout=60)
     words = proc.stdout.split()
     if proc.returncode != 0 or not words or words[0] not in ("started", "ended"):
         jobs.finish(record, exit_code=proc.returncode or 1, status="failed")
@@ -89,6 +100,11 @@ def settle(record: jobs.JobRecord, state: HeadState) -> jobs.JobRecord:
     if state.state == "lost":
         return jobs.finish(current, exit_code=-1, status=jobs.UNKNOWN)
     code = int(state.exit_code or 0)
+    if state.watchdog:
+        current.extra["watchdog"] = (
+            f"{executor.WATCHDOG_LINE} every rank had ended but mpirun had not exited; "
+            f"the watchdog ended it (exit code {code}, the ranks' own)"
+        )
     return jobs.finish(current, exit_code=code, status=jobs.status_of(code))
 
 

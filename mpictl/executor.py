@@ -5,8 +5,16 @@ script ``mpictl/scripts/job_session.sh`` there: it starts mpirun in its own proc
 stdin from /dev/null and watches the SSH channel. When the controller closes it (Ctrl-C,
 SIGTERM, SIGHUP, ``--timeout``) or the connection drops, the session ends mpirun's process group
 and mpirun takes the job down on every node. After a failed, timed-out or interrupted job the
-controller runs ``job_cleanup.py`` on every node (from the head), which kills whatever still
-carries the job's ``MPICTL_JOB_ID`` and reports what it found.
+controller runs ``job_ranks.py cleanup`` on every node (from the head), which kills whatever
+still carries the job's ``MPICTL_JOB_ID`` and reports what it found.
+
+The watchdog: OpenMPI 5's runtime now and then never exits after every rank of a job has ended
+(PRRTE's exit race). Every rank runs behind ``scripts/rank_exit.sh``, which notes its exit code
+on its node, and ``job_ranks.py watch`` runs on the head beside mpirun: when no node holds a live
+rank of the job a few seconds (``MPICTL_WATCHDOG_GRACE``, default 3) after the head's last one
+ended and mpirun still runs, it ends mpirun and the job's exit code is the ranks' own, with one
+line saying so (also in the job record, ``watchdog``). Ranks that are alive are never touched.
+``MPICTL_WATCHDOG_GRACE=off`` runs mpirun bare (to show the race).
 
 Output streams live (stdout and stderr separately, through a callback) into the job record's
 output file; the exit code is mpirun's, 124 on timeout, 128+N when signal N ended the run.
@@ -14,6 +22,7 @@ output file; the exit code is mpirun's, 124 on timeout, 128+N when signal N ende
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import subprocess
@@ -24,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpictl import jobs, programs, remote
-from mpictl.errors import JobError
+from mpictl.errors import JobError, UsageError
 from mpictl.planner import LaunchPlan
 
 OutputHandler = Callable[[str, str], None]  # (stream "stdout"|"stderr", line with newline)
@@ -32,7 +41,10 @@ OutputHandler = Callable[[str, str], None]  # (stream "stdout"|"stderr", line wi
 TIMEOUT_EXIT = 124
 INTERRUPT_EXIT = 130
 SESSION = "job_session.sh"
-CLEANUP = "job_cleanup.py"
+RANKS = "job_ranks.py"  # cleanup, probe and the watchdog
+RANK_EXIT = "rank_exit.sh"
+WATCHDOG_GRACE_S = 3.0
+WATCHDOG_LINE = "mpictl: watchdog:"
 #: Signals that end an attached job as Ctrl-C does (``timeout``, a closed terminal).
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -101,18 +113,52 @@ class EndingSignals:
             signal.signal(sig, handler)
 
 
-def session_command(plan: LaunchPlan) -> str:
+def watchdog_grace(value: str | None) -> float | None:
+    """``MPICTL_WATCHDOG_GRACE``: seconds (0.5-600, default 3), or ``off`` (None)."""
+    if value is None or value.strip() == "":
+        return WATCHDOG_GRACE_S
+    if value.strip().lower() == "off":
+        return None
+    try:
+        grace = float(value)
+    except ValueError:
+        grace = -1.0
+    if not 0.5 <= grace <= 600:
+        raise UsageError(
+            f"MPICTL_WATCHDOG_GRACE={value!r}: give seconds between 0.5 and 600, or off"
+        )
+    return grace
+
+
+def launch(plan: LaunchPlan, grace: float | None) -> tuple[list[str], list[str]]:
+    """(mpirun's options, what every rank runs): the rank's command behind ``rank_exit.sh``
+    and the environment that starts the watchdog beside mpirun (``KEY=VALUE`` items), unless
+    the watchdog is off."""
+    if grace is None:
+        return [*plan.mpirun[1:], *plan.command], []
+    command = ["bash", "-c", programs.source(RANK_EXIT), "mpictl-rank", *plan.command]
+    watch = " ".join([plan.job_id, str(plan.ranks), f"{grace:g}", *(h for h, _ in plan.hosts)])
+    env = [f"MPICTL_WATCH={watch}", f"MPICTL_WATCHDOG={programs.source(RANKS)}"]
+    return [*plan.mpirun[1:], *command], env
+
+
+def session_command(plan: LaunchPlan, grace: float | None = WATCHDOG_GRACE_S) -> str:
     """The remote shell command line that runs ``plan`` on the head (any POSIX login shell)."""
+    words, env = launch(plan, grace)
     opts = plan.mpirun[1:]
     script = programs.source(SESSION)
-    args = ["bash", "-c", script, "mpictl-job", str(len(opts)), *opts, *plan.command]
-    return "exec " + shlex.join(args)
+    args = ["bash", "-c", script, "mpictl-job", str(len(opts)), *words]
+    return "exec " + shlex.join(["env", *env, *args] if env else args)
 
 
 def cleanup(head: remote.HeadSSH, job_id: str, hosts: Sequence[str]) -> CleanupReport:
     """Kill leftovers of ``job_id`` on ``hosts`` (from the head, as the MPI user) and report."""
     outputs = remote.run_on_nodes(
-        head, hosts, f"python3 - {shlex.quote(job_id)}", programs.source(CLEANUP), timeout=30
+        head,
+        hosts,
+        f"python3 - cleanup {shlex.quote(job_id)}",
+        programs.source(RANKS),
+        timeout=30,
     )
     report = CleanupReport()
     for host in hosts:
@@ -166,9 +212,12 @@ def execute(
     the record in every case."""
     lock = threading.Lock()
     log = record.output_path.open("ab")
+    grace = watchdog_grace(os.environ.get("MPICTL_WATCHDOG_GRACE"))
 
     def sink(stream: str, line: str) -> None:
         with lock:
+            if stream == "stderr" and line.startswith(WATCHDOG_LINE):
+                record.extra["watchdog"] = line.strip()
             log.write(line.encode())
             log.flush()
             if on_output is not None:
@@ -176,7 +225,7 @@ def execute(
 
     started = time.monotonic()
     proc = subprocess.Popen(
-        head.argv(session_command(plan)),
+        head.argv(session_command(plan, grace)),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -12,7 +12,8 @@
 #   start   prints "started PID SUPERVISOR" once mpirun runs ("ended RC" if it already ended)
 #   logs    prints output.log from byte OFFSET (following it until the job ends with "follow"),
 #           then "mpictl-state ..." on stderr
-#   state   one line per JOB_DIR: "JOB_DIR exited RC", "JOB_DIR cancelled", "JOB_DIR running"
+#   state   one line per JOB_DIR: "JOB_DIR exited RC" ("... watchdog" when the watchdog ended a
+#           stuck mpirun), "JOB_DIR cancelled", "JOB_DIR running"
 #           or "JOB_DIR lost" (gone without an exit code)
 #   cancel  marks the job cancelled, SIGTERM to its process group, SIGKILL after 10 s; then its
 #           state line
@@ -20,7 +21,9 @@ set -u
 cd || exit 1
 
 state() {
-  if [ -e "$1/exit_code" ]; then
+  if [ -e "$1/exit_code" ] && [ -s "$1/watchdog_rc" ]; then
+    echo "$1 exited $(cat "$1/exit_code") watchdog"
+  elif [ -e "$1/exit_code" ]; then
     echo "$1 exited $(cat "$1/exit_code")"
   elif [ -e "$1/cancelled" ]; then
     echo "$1 cancelled"
@@ -40,9 +43,22 @@ start() {
   }
   mkdir -p "$dir" || exit 1
   : >"$dir/output.log"
-  rm -f "$dir/exit_code" "$dir/pid" "$dir/cancelled"
+  rm -f "$dir/exit_code" "$dir/pid" "$dir/cancelled" "$dir/watch" "$dir/watchdog_rc"
+  # The watchdog (MPICTL_WATCH, MPICTL_WATCHDOG: see job_session.sh) runs beside mpirun in the
+  # job's own session, and its exit code file wins over mpirun's when it had to end mpirun.
+  if [ -n "${MPICTL_WATCH:-}" ] && [ -n "${MPICTL_WATCHDOG:-}" ]; then
+    printf '%s\n' "$MPICTL_WATCHDOG" >"$dir/job_ranks.py" && printf '%s\n' "$MPICTL_WATCH" >"$dir/watch"
+  fi
+  unset MPICTL_WATCH MPICTL_WATCHDOG
   # shellcheck disable=SC2016  # expanded by the job's own shell
-  job='dir=$1; shift; mpirun "$@" </dev/null >>"$dir/output.log" 2>&1; rc=$?
+  job='dir=$1; shift; mpirun "$@" </dev/null >>"$dir/output.log" 2>&1 &
+m=$!
+if [ -s "$dir/watch" ] && command -v python3 >/dev/null 2>&1; then
+  read -r -a w <"$dir/watch"
+  python3 "$dir/job_ranks.py" watch "${w[0]}" "$m" "${w[1]}" "${w[2]}" "$dir/watchdog_rc" "${w[@]:3}" </dev/null >>"$dir/output.log" 2>&1 &
+fi
+wait "$m"; rc=$?
+[ -s "$dir/watchdog_rc" ] && rc=$(cat "$dir/watchdog_rc")
 echo "$rc" >"$dir/exit_code.tmp" && mv -f "$dir/exit_code.tmp" "$dir/exit_code"'
   runtime=${XDG_RUNTIME_DIR:-/run/user/$(id -u)}
   # A user manager outlives this SSH session only when the user lingers; without linger it

@@ -19,7 +19,18 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import detached, jobops, jobs, paths, planner, remote, submit, workdir
+from mpictl import (
+    detached,
+    executor,
+    jobops,
+    jobs,
+    paths,
+    planner,
+    programs,
+    remote,
+    submit,
+    workdir,
+)
 from mpictl.errors import JobError, UsageError
 from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions
@@ -137,9 +148,13 @@ def test_start_records_where_the_job_runs(head: Head, tmp_path: Path) -> None:
     while "args:" not in first.read_text():
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    args = first.read_text().splitlines()[0].removeprefix("args: ")
-    assert args == " ".join(planned[0].argv[1:])  # mpirun got the plan's options and command
-    assert f"MPICTL_JOB_ID={record.id}" in args and args.endswith("train --lr 0.1")
+    # mpirun got the plan's options and command, the command behind the watchdog's rank_exit.sh
+    words, _ = executor.launch(planned[0], executor.WATCHDOG_GRACE_S)
+    assert words == [*planned[0].argv[1:-3], "bash", "-c", programs.source("rank_exit.sh"),
+                     "mpictl-rank", "train", "--lr", "0.1"]  # fmt: skip
+    args = first.read_text().removeprefix("args: ")
+    assert args.startswith(" ".join(planned[0].mpirun[1:]))
+    assert f"MPICTL_JOB_ID={record.id}" in args and "mpictl-rank train --lr 0.1" in args
 
 
 def test_timeout_is_refused_before_anything_is_recorded(head: Head) -> None:

@@ -22,7 +22,8 @@ from mpictl import programs
 SCRIPTS = Path(__file__).resolve().parents[2] / "mpictl" / "scripts"
 NODE_PROGRAMS = [
     "job_session.sh",
-    "job_cleanup.py",
+    "job_ranks.py",
+    "rank_exit.sh",
     "fanout.py",
     "smoke_preflight.py",
     "iperf_driver.py",
@@ -63,8 +64,8 @@ def test_cleanup_ends_every_process_of_the_job_and_only_those() -> None:
     other = subprocess.Popen(["sleep", "60"], env={**os.environ, "MPICTL_JOB_ID": "J-other"})
     try:
         proc = subprocess.run(
-            [sys.executable, "-", "J-test-cleanup"],
-            input=programs.source("job_cleanup.py"),
+            [sys.executable, "-", "cleanup", "J-test-cleanup"],
+            input=programs.source("job_ranks.py"),
             capture_output=True,
             text=True,
             timeout=30,
@@ -83,7 +84,7 @@ def test_cleanup_ends_every_process_of_the_job_and_only_those() -> None:
 def test_cleanup_without_a_job_id_is_a_usage_error() -> None:
     proc = subprocess.run(
         [sys.executable, "-"],
-        input=programs.source("job_cleanup.py"),
+        input=programs.source("job_ranks.py"),
         capture_output=True,
         text=True,
     )
@@ -341,8 +342,8 @@ def test_sandbox_node_setup_gives_up_when_host_keys_never_appear(tmp_path: Path)
 def test_cleanup_reports_found_and_left_in_time() -> None:
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-", "J-nothing-here"],
-        input=programs.source("job_cleanup.py"),
+        [sys.executable, "-", "cleanup", "J-nothing-here"],
+        input=programs.source("job_ranks.py"),
         capture_output=True,
         text=True,
         timeout=30,

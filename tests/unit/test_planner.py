@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from mpictl import executor, network, planner
+from mpictl import executor, network, planner, programs
 from mpictl.errors import UsageError
 from tests.unit.jobside import cluster, facts, node, three
 
@@ -217,11 +217,15 @@ def test_session_command_round_trips_through_a_shell(tmp_path) -> None:  # type:
     fake = tmp_path / "mpirun"
     fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
     fake.chmod(0o755)
-    cmd = executor.session_command(p)
+    cmd = executor.session_command(p, grace=None)  # the watchdog off: mpirun's argv as planned
     rc, out, err = session(cmd, {"PATH": f"{tmp_path}:/usr/bin:/bin"})
     assert rc == 0, err
     assert out.splitlines() == p.argv[1:]
     assert err == ""
+    # with the watchdog, every rank runs the same command behind rank_exit.sh
+    rc, out, err = session(executor.session_command(p), {"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    wrapped = ["bash", "-c", programs.source("rank_exit.sh"), "mpictl-rank", *p.command]
+    assert rc == 0 and out == "".join(f"{a}\n" for a in [*p.mpirun[1:], *wrapped]), err
 
 
 def test_session_exit_code_is_mpiruns_and_hangup_ends_the_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
