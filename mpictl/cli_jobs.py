@@ -68,8 +68,11 @@ def run(
         ),
     ] = False,
     tf_port: Annotated[
-        int, typer.Option(help="With --tf: the first worker port (plus each rank's local rank).")
-    ] = 23456,
+        int | None,
+        typer.Option(
+            help="With --tf: the first worker port (plus each rank's local rank). [default: 23456]"
+        ),
+    ] = None,
     workdir: Annotated[
         str | None,
         typer.Option(
@@ -112,12 +115,14 @@ def run(
     from mpictl import workdir as workdir_mod
     from mpictl.errors import UsageError
     from mpictl.inventory import load_inventory
-    from mpictl.planner import LaunchOptions, LaunchPlan
+    from mpictl.planner import DEFAULT_TF_PORT, LaunchOptions, LaunchPlan
 
     if output_dir is not None and not output_dir.strip():
         raise UsageError("--output-dir '': expected a directory")
     if exclude and workdir is None:
         raise UsageError("--exclude applies to --workdir")
+    if tf_port is not None and not tf:
+        raise UsageError("--tf-port applies to --tf")
     if max_workdir_size is not None and workdir is None:
         raise UsageError("--max-workdir-size applies to --workdir")
     if chdir is not None and workdir is not None:
@@ -137,7 +142,7 @@ def run(
         oversubscribe=oversubscribe,
         master_port=master_port,
         tf=tf,
-        tf_port=tf_port,
+        tf_port=DEFAULT_TF_PORT if tf_port is None else tf_port,
         chdir=chdir,
     )
     request = submit.JobRequest(

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import bench, fabric_nccl, inputs, network, planner, ranks, remote, submit
+from mpictl import bench, fabric_nccl, fabric_rules, inputs, network, planner, ranks, remote, submit
 from mpictl import settings as cluster_settings
 from mpictl.errors import Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
@@ -288,8 +288,11 @@ def job_timeout(rounds: int, seconds: float) -> float:
 def check_options(threshold: float, expect: float | None, size: int, seconds: float) -> None:
     if not 0 < threshold <= 1:
         raise UsageError(f"--threshold must be in (0, 1], got {threshold}")
-    if expect is not None and not (math.isfinite(expect) and expect > 0):
-        raise UsageError(f"--expect must be a positive link rate in Gbit/s, got {expect}")
+    if expect is not None and not fabric_rules.link_rate_rule(expect):
+        raise UsageError(
+            f"--expect must be a link rate in Gbit/s, above 0 and up to "
+            f"{fabric_rules.MAX_LINK_GBPS:g}, got {expect:g}"
+        )
     inputs.integer("--size", size, minimum=1024, maximum=MAX_SIZE)
     if not (math.isfinite(seconds) and 0 < seconds <= 60):
         raise UsageError(f"--seconds must be in (0, 60], got {seconds}")

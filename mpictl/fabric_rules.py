@@ -69,6 +69,16 @@ class Rate:
     source: str
 
 
+#: The fastest link rate a node can be expected to have, in Gbit/s (eight 400G rails are 3200):
+#: a larger figure is a unit mistake (``--expect 4e11``: bit/s given for Gbit/s).
+MAX_LINK_GBPS = 10_000.0
+
+
+def link_rate_rule(number: float) -> bool:
+    """A link rate in Gbit/s: positive, finite, at most :data:`MAX_LINK_GBPS`."""
+    return math.isfinite(number) and 0 < number <= MAX_LINK_GBPS
+
+
 def link_var(node: Node) -> float | None:
     """``mpi_link_gbps`` of a node (Gbit/s), checked: InventoryError when it is not a positive
     number."""
@@ -79,10 +89,10 @@ def link_var(node: Node) -> float | None:
         number = float(value)
     except (TypeError, ValueError):
         number = math.nan
-    if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
+    if isinstance(value, bool) or not link_rate_rule(number):
         raise InventoryError(
             f"{node.name}: {LINK_VAR} {inputs.quoted(value)}: not a link rate in Gbit/s "
-            "(a positive number, e.g. 100 or 400)"
+            f"(a positive number up to {MAX_LINK_GBPS:g}, e.g. 100 or 400)"
         )
     return number
 

@@ -186,8 +186,10 @@ def plan(
         raise UsageError(f"--head {quoted(head)} is not one of the hosts ({shown(names)})")
     if user is not None and not inputs.fullmatch(inputs.LOGIN_NAME, user):
         raise UsageError(f"--user {quoted(user)}: not a login name ({inputs.LOGIN_RULE})")
-    if slots is not None and slots < 1:
-        raise UsageError(f"--slots must be a positive integer, got {slots}")
+    if slots is not None and not 1 <= slots <= inputs.MAX_SLOTS:
+        raise UsageError(
+            f"--slots must be a positive integer up to {inputs.MAX_SLOTS}, got {slots}"
+        )
     key = None
     if ssh_key is not None:
         path = Path(ssh_key).expanduser()

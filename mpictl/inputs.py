@@ -33,6 +33,9 @@ INTERFACE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
 # every shell, mpirun's --wdir and an #SBATCH line take as they are.
 NODE_PATH = re.compile(r"/[A-Za-z0-9_.@%+=:,~/-]{0,1023}")
 MAX_SHOWN = 200
+#: Ranks per node (``mpi_slots``, ``init --slots``): a cap far above any machine's cores or GPUs
+#: that still stops a typo (``99999999999``) before it becomes a hostfile or a rank count.
+MAX_SLOTS = 4096
 
 
 def shown(value: Any, limit: int = MAX_SHOWN) -> str:

@@ -52,9 +52,7 @@ from mpictl.inputs import quoted, shown
 
 NODES_GROUP = "mpi_nodes"
 HEAD_GROUP = "mpi_head"
-#: Ranks per node: a cap far above any machine's cores or GPUs that still stops a typo
-#: (``mpi_slots: 99999999999``) before it becomes a hostfile or a rank count.
-MAX_SLOTS = 4096
+MAX_SLOTS = inputs.MAX_SLOTS
 #: Variables that hold ssh's own options: they must parse as a command line (the job side splits
 #: ``ansible_ssh_common_args`` with shlex, as Ansible does).
 ARGS_VARS = (

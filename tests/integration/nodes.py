@@ -13,13 +13,6 @@ from mpictl.inventory import Cluster, Node, load_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Held by every rank of a multi-node test job whose command would end at once (``true``,
-#: ``hostname``): OpenMPI 5.0.7's runtime (PRRTE) now and then never exits after a job whose
-#: ranks all ended within milliseconds, before it saw the job running (2 hangs in 85 runs of
-#: ``true`` over the 3 sandbox nodes; none in 180 runs with ranks that lived 0.3 s or more).
-#: The README ("Running your code") says so for users.
-HOLD = "sleep 1"
-
 
 def clone_sandbox_inventory(dst: Path, name: str, subnet: str, port_base: int) -> Path:
     """A copy of inventories/sandbox that describes an independent sandbox."""

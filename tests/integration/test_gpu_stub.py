@@ -34,7 +34,7 @@ from mpictl import paths, provision, runner
 from mpictl.inventory import Cluster, Node, load_inventory
 from tests.integration import stub_libcuda
 from tests.integration.conftest import describe_failures
-from tests.integration.nodes import HOLD, ROOT, clone_sandbox_inventory, run_cli, ssh, ssh_base
+from tests.integration.nodes import ROOT, clone_sandbox_inventory, run_cli, ssh, ssh_base
 
 NAME = "mpictl-gpu"
 SUBNET = "10.89.49.0/24"
@@ -219,7 +219,7 @@ def ranks(stdout: str) -> list[tuple[str, int, str]]:
 
 def test_torch_pins_every_local_rank_to_its_gpu(gpu: GpuSandbox) -> None:
     say = 'echo "$(hostname) $LOCAL_RANK ${CUDA_VISIBLE_DEVICES-unset}"'
-    show = ["--", "sh", "-c", f"{say}; {HOLD}"]
+    show = ["--", "sh", "-c", say]
     inv = ["-i", str(gpu.inventory)]
     full = gpu.ok("run", *inv, "-np", "10", "--torch", *show).stdout
     assert ranks(full) == [("node1", k, str(k)) for k in range(2)] + [
@@ -254,7 +254,7 @@ def test_jobs_of_the_cuda_aware_openmpi_say_nothing_about_cuda_without_a_gpu(
     # One rank per node: the ranks talk across nodes, every buffer checked by OpenMPI's CUDA
     # accelerator against the stub driver (no GPU: host memory, no message).
     job = ["run", "-i", str(gpu.inventory), "--ppn", "1", "-np", "2", "--"]
-    plain = gpu.ok(*job, "sh", "-c", f"hostname; {HOLD}")
+    plain = gpu.ok(*job, "hostname")
     allreduce = "from mpi4py import MPI; print('sum', MPI.COMM_WORLD.allreduce(1))"
     mpi4py = gpu.ok(*job, "python", "-c", allreduce)
     for proc in (plain, mpi4py):  # mpictl's own announcement lines aside

@@ -17,7 +17,7 @@ import yaml
 
 from mpictl.inventory import Cluster, load_inventory
 from tests.integration import stub_libcuda
-from tests.integration.nodes import HOLD, clone_sandbox_inventory, run_cli, ssh
+from tests.integration.nodes import clone_sandbox_inventory, run_cli, ssh
 
 SITE_NAME = "mpictl-it-site"
 SITE_SUBNET = "10.89.47.0/24"
@@ -112,13 +112,11 @@ def test_provision_puts_everything_at_the_sites_paths(site: Site) -> None:
 
 
 def test_run_uses_the_sites_hostfile_user_and_torch_wrapper(site: Site) -> None:
-    proc = site.ok("run", "-i", str(site.inventory), "--", "sh", "-c", f"id -un; hostname; {HOLD}")
+    proc = site.ok("run", "-i", str(site.inventory), "--", "sh", "-c", "id -un; hostname")
     lines = [line.split(": ", 1)[-1] for line in proc.stdout.splitlines()]
     assert lines.count("trainer") == 2
     assert "--hostfile /etc/site/hostfile" in proc.stderr
-    torch = site.ok(
-        "run", "-i", str(site.inventory), "--torch", "--", "sh", "-c", f"echo R$RANK; {HOLD}"
-    )
+    torch = site.ok("run", "-i", str(site.inventory), "--torch", "--", "sh", "-c", "echo R$RANK")
     assert sorted(line.split(": ", 1)[-1] for line in torch.stdout.splitlines()) == ["R0", "R1"]
     assert "/opt/site/bin/mpictl-torch-env" in torch.stderr
 

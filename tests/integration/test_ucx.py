@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from mpictl.inventory import Cluster
-from tests.integration.nodes import HOLD, run_cli, ssh_mpi
+from tests.integration.nodes import run_cli, ssh_mpi
 
 SEED = "/opt/mpictl/share/jobs/smoke_mpi.py"
 VENV_PY = "/opt/mpictl/venv/bin/python"
@@ -102,7 +102,7 @@ def test_coll_ucc_runs_the_seed_collectives_through_ucc_across_three_nodes(
 def test_auto_picks_tcp_without_rdma_and_mpi_transport_ucx_runs_smoke_over_ucx(
     inventory: Path, tmp_path: Path, it_state: Path
 ) -> None:
-    auto = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", *HOLD.split())
+    auto = mpictl("run", "-i", str(inventory), "--ppn", "1", "--", "true")
     assert auto.returncode == 0, auto.stderr
     assert "transport: tcp (pml ob1): auto: no node has an active RDMA port\n" in auto.stderr
     assert "coll_ucc" not in auto.stderr  # no GPU: OpenMPI's own collectives
@@ -117,5 +117,5 @@ def test_auto_picks_tcp_without_rdma_and_mpi_transport_ucx_runs_smoke_over_ucx(
     for job in report["jobs"]:  # the job record keeps the transport and why
         record = json.loads((it_state / "jobs" / job / "job.json").read_text())
         assert record["extra"]["transport"].startswith("ucx (pml ucx over eth0)"), record
-    run = mpictl("run", "-i", str(ucx_inv), "--ppn", "1", "--", *HOLD.split())
+    run = mpictl("run", "-i", str(ucx_inv), "--ppn", "1", "--", "true")
     assert "transport: ucx (pml ucx over eth0): mpi_transport: ucx, over TCP" in run.stderr

@@ -14,7 +14,7 @@ from typing import Any
 
 from mpictl.inventory import Cluster
 from tests.integration.conftest import provision_run
-from tests.integration.nodes import HOLD, ROOT, run_cli, ssh, ssh_mpi
+from tests.integration.nodes import ROOT, run_cli, ssh, ssh_mpi
 
 TRAIN = """\
 import json, os, socket
@@ -155,7 +155,7 @@ def test_a_detached_job_that_exits_3_is_failed_with_3(inventory: Path) -> None:
 
 def test_output_dir_keeps_each_ranks_lines(inventory: Path, tmp_path: Path) -> None:
     out = tmp_path / "ranks"
-    cmd = f'echo "out of $OMPI_COMM_WORLD_RANK"; echo "err of $OMPI_COMM_WORLD_RANK" >&2; {HOLD}'
+    cmd = 'echo "out of $OMPI_COMM_WORLD_RANK"; echo "err of $OMPI_COMM_WORLD_RANK" >&2'
     proc = ok("run", "-i", str(inventory), "-np", "3", "--output-dir", str(out), "--",
               "sh", "-c", cmd)  # fmt: skip
     for rank in range(3):

@@ -60,6 +60,7 @@ RUN_BAD = {
     "--launcher unknown": (["--launcher", "pbs", "--", "true"], "--launcher"),
     "--detach with --timeout": (["--detach", "--timeout", "5", "--", "true"], "--timeout"),
     "--exclude without --workdir": (["--exclude", "x", "--", "true"], "--exclude"),
+    "--tf-port without --tf": (["--tf-port", "30000", "--", "true"], "--tf-port applies to --tf"),
 }
 
 
@@ -122,6 +123,8 @@ def test_an_output_dir_under_a_file_is_refused_as_root_too(hostile: Hostile) -> 
         (["bench", "--engine", "gpu"], "--engine"),
         (["bench", "--engine", "\x1b[31mnccl"], "--engine"),
         (["hostfile", "--format", "slurm"], "format"),
+        (["fabric", "--expect", "4e11"], "--expect must be a link rate in Gbit/s"),
+        (["fabric", "--expect", "0"], "--expect"),
     ],
 )
 def test_smoke_bench_and_hostfile_refuse_before_contact(
@@ -186,6 +189,7 @@ def test_init_force_replaces_a_regular_file(hostile: Hostile) -> None:
         (["--user", "-oProxyCommand=x", "127.0.0.1"], "--user"),
         (["--user", "root\n", "127.0.0.1"], "--user"),
         (["--slots", "0", "127.0.0.1"], "--slots"),
+        (["--slots", "99999999999", "127.0.0.1"], "--slots must be a positive integer up to 4096"),
         (["--ssh-option", "ProxyCommand", "127.0.0.1"], "--ssh-option"),
         (["--head", "other", "127.0.0.1"], "--head"),
         (["127.0.0.1", "127.0.0.1"], "127.0.0.1"),

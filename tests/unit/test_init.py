@@ -89,7 +89,7 @@ def test_names_are_distinct() -> None:
         ({"head": "10.0.0.1"}, "--head '10.0.0.1' is not one of the hosts"),
         ({"user": "bad user"}, "--user 'bad user': not a login name"),
         ({"user": "-oProxyCommand=x"}, "not a login name"),
-        ({"slots": 0}, "--slots must be a positive integer, got 0"),
+        ({"slots": 0}, "--slots must be a positive integer up to 4096, got 0"),
         ({"ssh_key": "/nonexistent/key"}, "--ssh-key '/nonexistent/key': no such file"),
         ({"ssh_options": ["novalue"]}, "--ssh-option 'novalue': expected KEY=VALUE"),
         ({"ssh_options": ["A=b\nc"]}, "expected KEY=VALUE"),
