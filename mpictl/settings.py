@@ -9,20 +9,16 @@ inventory variables, falling back to that same file, so a site that sets ``mpi_h
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpictl import paths
-from mpictl.errors import InventoryError, UsageError
-from mpictl.inputs import is_node_path, quoted, shown, user_name
+from mpictl import paths, role_vars
+from mpictl.errors import InventoryError
+from mpictl.inputs import quoted, shown
 from mpictl.inventory import Cluster
-from mpictl.transport import MODES as TRANSPORT_MODES
 from mpictl.transport import VAR as TRANSPORT_VAR
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 #: The frameworks Horovod can be built for (horovod_frameworks), in the order smoke runs them.
 HOROVOD_FRAMEWORKS = ("pytorch", "tensorflow")
@@ -120,59 +116,29 @@ def _template(value: Any, variables: Mapping[str, Any]) -> Any:
 
 def for_cluster(cluster: Cluster) -> ClusterSettings:
     """The head's values of the shared variables (inventory first, then the shared defaults),
-    checked as the job side uses them: ``mpi_user`` a user name (``inputs.user_name``: it follows
-    ``ssh -l`` and becomes the owner of every job), the paths absolute and free of control
-    characters (they go into remote command lines)."""
+    templated, each checked by its declared rule (:mod:`mpictl.role_vars`, the one home of the
+    rules: ``mpi_user`` a login name, it follows ``ssh -l`` and owns every job; the paths
+    absolute node paths of plain characters, they go into remote command lines)."""
     base = defaults()
     head_vars = {**(cluster.head.facts or {}), **base, **(cluster.head.vars or {})}
     head = shown(cluster.head.name)
-    values = {}
-    for field, var in KEYS.items():
-        value = _template(head_vars.get(var, base[var]), head_vars)
-        if field == "user":
-            try:
-                values[field] = user_name(f"{head}: {var}", value)
-            except UsageError as exc:
-                raise InventoryError(str(exc)) from None
-            continue
-        if not isinstance(value, str) or not value.startswith("/") or _CONTROL.search(value):
-            raise InventoryError(
-                f"{head}: {var} must be an absolute path without control characters, got "
-                f"{quoted(value)}"
-            )
-        values[field] = value.rstrip("/")
-    horovod = _template(head_vars.get("horovod_python", ""), head_vars)
-    if not isinstance(horovod, str) or (
-        horovod and (not horovod.startswith("/") or _CONTROL.search(horovod))
-    ):
-        raise InventoryError(
-            f"{head}: horovod_python must be an absolute path or '', got {quoted(horovod)}"
-        )
-    frameworks = _template(head_vars.get("horovod_frameworks", ["pytorch"]), head_vars)
-    if (
-        not isinstance(frameworks, list)
-        or not frameworks
-        or any(f not in HOROVOD_FRAMEWORKS for f in frameworks)
-    ):
-        raise InventoryError(
-            f"{head}: horovod_frameworks must be a non-empty list of "
-            f"{' and '.join(HOROVOD_FRAMEWORKS)}, got {quoted(frameworks)}"
-        )
-    mode = _template(head_vars.get(TRANSPORT_VAR, "auto"), head_vars)
-    if not isinstance(mode, str) or mode.lower() not in TRANSPORT_MODES:
-        modes = ", ".join(TRANSPORT_MODES)
-        raise InventoryError(f"{head}: {TRANSPORT_VAR} must be one of {modes}, got {quoted(mode)}")
-    raw = _template(head_vars.get("mpi_shared_dir", ""), head_vars)
-    shared = raw.rstrip("/") if isinstance(raw, str) else raw
-    if raw != "" and not (shared and is_node_path(shared)):
-        raise InventoryError(
-            f"{head}: mpi_shared_dir must be '' or an absolute path of plain characters "
-            f"(letters, digits and _ . @ % + = : , ~ - /, without '..'), got {quoted(raw)}"
-        )
+    specs = role_vars.load_specs(paths.roles_dir())
+
+    def value_of(var: str, default: Any) -> Any:
+        value = _template(head_vars.get(var, default), head_vars)
+        why, done = role_vars.converted(specs[var], value)
+        if why:
+            raise InventoryError(f"{head}: {var} {quoted(value)}: {why} ({specs[var].where})")
+        return done
+
+    values = {field: value_of(var, base[var]) for field, var in KEYS.items()}
+    values = {f: v if f == "user" else v.rstrip("/") for f, v in values.items()}
+    frameworks = value_of("horovod_frameworks", ["pytorch"])
+    shared = value_of("mpi_shared_dir", "")
     return ClusterSettings(
         **values,
-        horovod_python=horovod,
+        horovod_python=value_of("horovod_python", ""),
         horovod_frameworks=tuple(dict.fromkeys(frameworks)),
-        transport=mode.lower(),
-        shared_dir=shared,
+        transport=value_of(TRANSPORT_VAR, "auto").lower(),
+        shared_dir=shared.rstrip("/"),
     )

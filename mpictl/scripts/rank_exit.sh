@@ -5,7 +5,8 @@
 # head's watchdog (job_ranks.py) reads it when mpirun does not exit after every rank has ended.
 # Nothing runs before COMMAND. A signal that ended COMMAND is raised again, so mpirun sees what
 # it would have seen. Local rank 0 prunes the notes of jobs older than a day, in the background.
-"$@"
+exec 3>&2 2>/dev/null # the shell's own notice of a crash goes nowhere; COMMAND's stderr stays
+"$@" 2>&3 3>&-
 rc=$?
 d=/tmp/mpictl-ranks-$UID
 { mkdir -p "$d/$MPICTL_JOB_ID" && echo "$rc" >"$d/$MPICTL_JOB_ID/${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-p$$}}"; } 2>/dev/null

@@ -379,7 +379,9 @@ def test_settings_name_the_interpreter_horovod_was_built_into() -> None:
     named = cluster(node("a", vars={"horovod_python": "/usr/bin/python3"}), node("b"))
     assert settings.for_cluster(named).horovod_interpreter == "/usr/bin/python3"
     bad = cluster(node("a", vars={"horovod_python": "python3"}), node("b"))
-    with pytest.raises(InventoryError, match="a: horovod_python must be an absolute path"):
+    with pytest.raises(
+        InventoryError, match="a: horovod_python 'python3': must be an absolute path"
+    ):
         settings.for_cluster(bad)
 
 

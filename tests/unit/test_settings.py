@@ -57,21 +57,33 @@ def test_the_head_variables_win_and_are_templated() -> None:
 
 
 def test_a_relative_path_is_refused_with_the_host_and_variable() -> None:
-    with pytest.raises(InventoryError, match="node1: mpi_hostfile_path must be an absolute path"):
+    with pytest.raises(
+        InventoryError,
+        match="node1: mpi_hostfile_path 'etc/hosts': must be an absolute path on the nodes",
+    ):
         settings.for_cluster(site_cluster(mpi_hostfile_path="etc/hosts"))
 
 
 @pytest.mark.parametrize(
     ("head_vars", "message"),
     [
-        ({"mpi_user": "x y"}, r"^node1: mpi_user: 'x y' is not a user name"),
-        ({"mpi_user": "-oProxyCommand=x"}, r"^node1: mpi_user: '-oProxyCommand=x' is not a user"),
-        ({"mpi_user": "mpi\n"}, r"^node1: mpi_user: 'mpi\\n' is not a user name"),
-        ({"mpi_user": "{{ site_name }} x"}, r"^node1: mpi_user: 'lab x' is not a user name"),
-        ({"mpi_user": ["a"]}, r"^node1: mpi_user: '\['a'\]' is not a user name"),
-        ({"mpi_user": ""}, r"^node1: mpi_user: '' is not a user name"),
-        ({"mpi_tools_dir": "/srv/x\ny"}, r"^node1: mpi_tools_dir must be an absolute path"),
-        ({"horovod_python": "/srv/\x1b]0;x"}, r"^node1: horovod_python must be an absolute"),
+        ({"mpi_user": "x y"}, r"^node1: mpi_user 'x y': must be a login name"),
+        (
+            {"mpi_user": "-oProxyCommand=x"},
+            r"^node1: mpi_user '-oProxyCommand=x': must be a login name",
+        ),
+        ({"mpi_user": "mpi\n"}, r"^node1: mpi_user 'mpi\\n': must be a login name"),
+        ({"mpi_user": "{{ site_name }} x"}, r"^node1: mpi_user 'lab x': must be a login name"),
+        ({"mpi_user": ["a"]}, r"^node1: mpi_user '\['a'\]': must be a login name"),
+        ({"mpi_user": ""}, r"^node1: mpi_user '': must be a login name"),
+        (
+            {"mpi_tools_dir": "/srv/x\ny"},
+            r"^node1: mpi_tools_dir '/srv/x\\ny': must be an absolute path",
+        ),
+        (
+            {"horovod_python": "/srv/\x1b]0;x"},
+            r"^node1: horovod_python '/srv/\\x1b\]0;x': must be an absolute",
+        ),
     ],
 )
 def test_the_job_sides_values_are_checked_as_it_uses_them(

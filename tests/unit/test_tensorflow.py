@@ -236,10 +236,13 @@ def test_settings_read_horovod_frameworks_and_refuse_a_bad_one() -> None:
     assert cluster_settings.for_cluster(c).horovod_frameworks == ("pytorch",)
     c.head.vars["horovod_frameworks"] = ["tensorflow", "pytorch", "tensorflow"]
     assert cluster_settings.for_cluster(c).horovod_frameworks == ("tensorflow", "pytorch")
-    for bad in (["jax"], [], "tensorflow"):
+    for bad, why in ((["jax"], "must be one or more of: pytorch, tensorflow"),
+                     ([], "must not be empty"), ("caffe", "must be one or more of")):  # fmt: skip
         c.head.vars["horovod_frameworks"] = bad
-        with pytest.raises(InventoryError, match="horovod_frameworks must be a non-empty list"):
+        with pytest.raises(InventoryError, match=f"horovod_frameworks .*: {why}"):
             cluster_settings.for_cluster(c)
+    c.head.vars["horovod_frameworks"] = "tensorflow"  # a string is a list of one, as in Ansible
+    assert cluster_settings.for_cluster(c).horovod_frameworks == ("tensorflow",)
 
 
 def test_each_framework_has_its_module_and_its_own_test_names() -> None:

@@ -102,7 +102,9 @@ def test_mpi_transport_from_the_inventory_and_a_bad_value_is_an_inventory_error(
     assert settings.for_cluster(c).transport == "tcp"
     assert plan(c).transport.pml == "ob1"  # type: ignore[union-attr]
     bad = cluster(rdma_node("n1", [], vars={"mpi_transport": "verbs"}), rdma_node("n2", []))
-    with pytest.raises(InventoryError, match="mpi_transport must be one of auto, ucx, tcp"):
+    with pytest.raises(
+        InventoryError, match="mpi_transport 'verbs': must be one of: auto, ucx, tcp"
+    ):
         settings.for_cluster(bad)
 
 
