@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from mpictl import lock, paths, runner
+from mpictl import lock, paths, role_vars, runner
 from mpictl.errors import MpictlError, UsageError
 from mpictl.inputs import quoted, shown
 from mpictl.inventory import Cluster, load_inventory
@@ -99,6 +99,9 @@ def provision(
         skip_tags = check_tags("--skip-tags", skip_tags, valid)
     limit = check_limit(limit)
     cluster = load_inventory(inventory, extravars=extravars)
+    # every role and cluster variable a host sets, before ansible-runner starts (the validation
+    # play checks the same with the same code under plain ansible-playbook)
+    role_vars.check_cluster({n.name: n.vars for n in cluster.nodes}, paths.roles_dir())
     with lock.hold(cluster.endpoints, "provision", source=inventory):
         result = runner.run_playbook(
             path,

@@ -77,6 +77,15 @@ NODE_PATH_RULE = (
     "an absolute path on the nodes of plain characters (letters, digits and _ . @ % + = : , ~ - /,"
     " without '..')"
 )
+TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean (true or false)",
+    "list": "a list",
+    "dict": "a mapping",
+    "str": "a string",
+    "path": "a path",
+}
 #: Values compared in any case (the CLI lowercases them: ``mpi_transport: TCP``).
 CASE_FREE = {"mpi_transport"}
 #: Lists that must not be empty.
@@ -202,7 +211,8 @@ def converted(spec: Spec, value: Any) -> tuple[str, Any]:
     result = ArgumentSpecValidator({spec.name: spec.option}).validate({spec.name: value})
     if result.error_messages:
         message = result.error_messages[0]
-        message = message.replace(f"argument '{spec.name}' is", "is")
+        if "unable to convert to" in message:  # Ansible's own words name its internals
+            return f"must be {TYPE_WORDS.get(spec.option.get('type', 'str'), 'a value')}", value
         return message.replace(f"value of {spec.name} must", "must"), value
     done = result.validated_parameters[spec.name]
     return _rule(spec, done), done

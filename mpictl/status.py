@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpictl import programs, remote
+from mpictl import paths, programs, remote, role_vars
 from mpictl.errors import JobError, UsageError
 from mpictl.inventory import Cluster, flag
 from mpictl.settings import ClusterSettings
@@ -169,6 +169,9 @@ def spec(cluster: Cluster, settings: ClusterSettings) -> dict[str, Any]:
 
 def collect(cluster: Cluster, settings: ClusterSettings) -> StatusReport:
     """Log in to the head, read Prometheus there, and build the report."""
+    used = {k: v for k, v in (cluster.head.vars or {}).items()
+            if k.startswith("monitoring_") or k == "slurm_enabled"}  # fmt: skip
+    role_vars.check_cluster({cluster.head.name: used}, paths.roles_dir())  # before any ssh
     if not flag((cluster.head.vars or {}).get("monitoring_enabled", False)):
         raise UsageError(
             f"{cluster.source}: monitoring_enabled is not true for the head "

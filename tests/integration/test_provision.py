@@ -156,4 +156,7 @@ def test_validation_play_stops_before_any_node_is_touched(
     touched = {r.host for r in result.task_results() if r.host != "localhost"}
     assert touched == set()
     failure = next(r for r in result.task_results() if r.status == "failed")
-    assert failure.result.get("msg") == "node2: mpi_slots must be an integer, 1..4096; got four"
+    assert failure.result.get("msg") == (
+        "node2: mpi_slots 'four': must be an integer "
+        "(roles/cluster_defaults/meta/argument_specs.yml)"
+    )

@@ -1,0 +1,43 @@
+"""The validation play's check of every role and cluster variable (``mpictl_var_problems``): the
+same code mpictl runs before ansible-runner (:mod:`mpictl.role_vars`), on ``hostvars``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+try:
+    import mpictl  # noqa: F401
+except ImportError:
+    # Plain `ansible-playbook` from a checkout, with an Ansible that does not have the mpictl
+    # package installed: the package lives beside this directory.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _declared_values(variables: Any, names: set[str]) -> dict[str, Any]:
+    """The declared variables a host sets, templated; one whose template needs what only a node
+    has (its facts: undefined here) is left to the roles' preflight, after facts are gathered."""
+    out: dict[str, Any] = {}
+    for name in names:
+        if name not in variables:
+            continue
+        try:
+            out[name] = variables[name]
+        except Exception:  # noqa: BLE001, S112 - an undefined fact: decided after gathering
+            continue
+    return out
+
+
+def mpictl_var_problems(hostvars: Any, hosts: list[str], roles_dir: str) -> list[str]:
+    """One line per variable of ``hosts`` that breaks its declared rule (none: [])."""
+    from mpictl import role_vars
+
+    names = set(role_vars.load_specs(Path(roles_dir)))
+    values = {host: _declared_values(hostvars[host], names) for host in hosts}
+    return role_vars.problems(values, Path(roles_dir), skip_templates=False)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"mpictl_var_problems": mpictl_var_problems}
