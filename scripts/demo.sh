@@ -20,4 +20,6 @@ mpictl hostfile
 mpictl doctor
 mpictl smoke --suite all
 # The sandbox runs Slurm too (slurm_enabled in its inventory): the same suite through sbatch/srun.
+# It builds the vendored Slurm 26.05.3 (the newest source reachable here), so the provision above
+# warns once that 26.05.5 fixes its known CVEs; a real cluster gets 26.05.5 by default.
 mpictl smoke --suite mpi --launcher slurm

@@ -43,6 +43,10 @@ HOROVOD_VERSION="${HOROVOD_VERSION:-0.28.1}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 TORCH_WHEELHOUSE="${TORCH_WHEELHOUSE:-/opt/wheels}"
 # Slurm is vendored too (tests/data/sources/, a git archive of SchedMD's tag slurm-26-05-3-1).
+# The tests build 26.05.3, not the role's default 26.05.5: 26.05.5's source cannot be fetched
+# here (SchedMD's repository reachable here ends at 26.05.3, and Debian's orig file of 26.05.5,
+# listed in sid's Sources, is not served), so the tests also show the role's warning of a release
+# with known vulnerabilities.
 SLURM_VERSION="${SLURM_VERSION:-26.05.3}"
 
 SOURCES=(ucx ucc openmpi mpi4py nccl nccl_tests horovod torch slurm)
@@ -161,11 +165,13 @@ fetch_ucx() {
   emit_source ucx "$UCX_VERSION" "$file"
 }
 
-# The same for openucx/ucc's tag: the role's pinned checksum is this archive's own.
+# The same for openucx/ucc's tag. The vendored file is `git archive --format=tar.gz` (git's own
+# gzip), the same tar as GitHub's archive but other bytes: it carries its own sha256 (the role
+# pins GitHub's).
 fetch_ucc() {
   local file="$DEST/ucc-${UCC_VERSION}.tar.gz"
   copy_vendored "$file"
-  emit_source ucc "$UCC_VERSION" "$file" pinned
+  emit_source ucc "$UCC_VERSION" "$file"
 }
 
 fetch_openmpi() {
@@ -253,11 +259,12 @@ fetch_nccl() {
 }
 
 # The `git archive` of NVIDIA/nccl-tests' tag, vendored in the repository (a clean clone has it);
-# copied into $DEST once, checked against the role's pin.
+# copied into $DEST once. Made with git's own gzip: the same tar as GitHub's archive, other bytes,
+# so it carries its own sha256 (the role pins GitHub's).
 fetch_nccl_tests() {
   local file="$DEST/nccl-tests-${NCCL_TESTS_VERSION}.tar.gz"
   copy_vendored "$file"
-  emit_source nccl_tests "$NCCL_TESTS_VERSION" "$file" pinned
+  emit_source nccl_tests "$NCCL_TESTS_VERSION" "$file"
 }
 
 fetch_horovod() { fetch_sdist horovod horovod "$HOROVOD_VERSION" :all:; }

@@ -7,11 +7,14 @@ pure."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from mpictl import programs, remote
+import yaml
+
+from mpictl import paths, programs, remote
 from mpictl.doctor.report import Check
 from mpictl.inventory import Cluster, flag
 
@@ -112,6 +115,47 @@ def node_checks(
     return out
 
 
+@functools.cache
+def release_table() -> dict[str, Any]:
+    """The slurm role's table of releases (``roles/slurm/vars/main.yml``: the newest patch of
+    each series, the security releases): the preflight's warning and doctor's read one file."""
+    data = yaml.safe_load((paths.roles_dir() / "slurm" / "vars" / "main.yml").read_text()) or {}
+    return {
+        "newest": dict(data.get("_slurm_newest_patch") or {}),
+        "security": list(data.get("_slurm_security_releases") or []),
+    }
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdecimal() else -1 for p in version.split("."))
+
+
+def release_check(line: str, table: Mapping[str, Any], provision: str) -> Check | None:
+    """A warning (the check passes: the cluster works) when the head's Slurm (``sinfo
+    --version``: "slurm 26.05.3") is older than the newest patch of its series the role knows,
+    naming the security releases since; None when it is current or unknown."""
+    words = line.split()
+    if len(words) != 2 or not words[0].startswith("slurm"):
+        return None
+    version = words[1]
+    newest = table["newest"].get(".".join(version.split(".")[:2]))
+    if not newest or _release_key(version) >= _release_key(newest):
+        return None
+    fixed = [
+        r for r in table["security"] if _release_key(str(r["release"])) > _release_key(version)
+    ]
+    cves = ", ".join(c for r in fixed for c in r.get("cves", []))
+    since = f": {', '.join(str(r['release']) for r in fixed)} fixed {cves}" if fixed else ""
+    return Check(
+        "slurm release",
+        "all",
+        True,
+        f"WARNING: Slurm {version} is older than {newest}, the newest patch release of its "
+        f"series{since}",
+        f"set slurm_version: {newest} (roles/slurm/README.md), then {_fix(provision)}",
+    )
+
+
 def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) -> list[Check]:
     srun = result.get("srun") or {}
     answered = set(srun.get("hosts") or [])
@@ -120,7 +164,8 @@ def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) 
     if srun.get("error"):
         detail += f"; srun: {srun['error']}"
     plugins = result.get("mpi") or []
-    return [
+    release = release_check(str(result.get("version") or ""), release_table(), provision)
+    return ([release] if release else []) + [
         Check(
             "srun on every node",
             ", ".join(missing) if missing else "all",

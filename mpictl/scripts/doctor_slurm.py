@@ -71,10 +71,17 @@ def decode(credentials: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def release() -> str:
+    """``sinfo --version``: "slurm 26.05.3" ("" when it does not answer)."""
+    rc, out, _ = run(["sinfo", "--version"], timeout=30)
+    return last(out) if rc == 0 else ""
+
+
 def main(spec: dict[str, Any]) -> dict[str, Any]:
     nodes = list(spec["nodes"])
     states, reasons = sinfo()
     return {
+        "version": release(),
         "sinfo": states,
         "reasons": reasons,
         "srun": srun_hostnames(nodes),

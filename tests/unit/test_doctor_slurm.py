@@ -100,3 +100,31 @@ def test_the_drain_mark_is_the_health_programs_own() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert slurm.HEALTH_MARK == module.MARK
+
+
+def test_an_old_slurm_release_is_warned_of_once_with_the_fix() -> None:
+    data, result = healthy()
+    result["version"] = "slurm 26.05.3"
+    checks = slurm.checks(three(), data, result, PROVISION)
+    warned = [c for c in checks if c.check == "slurm release"]
+    assert len(warned) == 1 and warned[0].ok and warned[0].node == "all"  # a warning, not a fail
+    assert warned[0].detail.startswith("WARNING: Slurm 26.05.3 is older than 26.05.5")
+    assert "26.05.4 fixed CVE-2026-65107" in warned[0].detail
+    assert "slurm_version: 26.05.5" in warned[0].fix and "--tags slurm" in warned[0].fix
+
+
+def test_the_current_release_and_an_unknown_series_are_not_warned_of() -> None:
+    table = slurm.release_table()
+    assert table["newest"]["26.05"] == "26.05.5"
+    for line in ("slurm 26.05.5", "slurm 25.11.7", "slurm-wlm 22.05.8x", "", "garbage"):
+        assert slurm.release_check(line, table, PROVISION) is None, line
+
+
+def test_the_role_default_is_the_newest_patch_release_the_role_knows() -> None:
+    import yaml
+
+    from mpictl import paths
+
+    defaults = yaml.safe_load((paths.roles_dir() / "slurm" / "defaults" / "main.yml").read_text())
+    version = defaults["slurm_version"]
+    assert slurm.release_table()["newest"][".".join(version.split(".")[:2])] == version
