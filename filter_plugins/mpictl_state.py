@@ -209,6 +209,33 @@ def mpictl_probed_facts_changed(hosts: Iterable[str], hostvars: Mapping[str, Any
     return out
 
 
+def mpictl_stale_facts(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """The hosts whose cached facts describe another machine than the one this run's probe
+    (``__mpictl_node_state``) reached: another machine id, OS or version, or an ed25519 host key
+    the node no longer has (a re-imaged or replaced node behind the same name)."""
+    out = []
+    for host in hosts:
+        variables = hostvars[host]
+        probed = json.loads(variables["__mpictl_node_state"]["stdout"])
+        who = probed.get("identity") or {}
+        facts = variables.get("ansible_facts") or {}
+        if not facts.get("machine_id"):
+            continue  # nothing cached yet: gathered fresh this run
+        keys = {line.split()[-1] for line in probed.get("host_keys") or [] if line.split()}
+        cached_key = facts.get("ssh_host_key_ed25519_public")
+        if (
+            (who.get("machine_id") and who["machine_id"] != facts.get("machine_id"))
+            or (who.get("os") and who["os"] != str(facts.get("distribution", "")).lower())
+            or (
+                who.get("os_version")
+                and who["os_version"] != str(facts.get("distribution_version", ""))
+            )
+            or (cached_key and keys and cached_key not in keys)
+        ):
+            out.append(host)
+    return out
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -216,4 +243,5 @@ class FilterModule:
             "mpictl_selected_components": mpictl_selected_components,
             "mpictl_converged_everywhere": mpictl_converged_everywhere,
             "mpictl_probed_facts_changed": mpictl_probed_facts_changed,
+            "mpictl_stale_facts": mpictl_stale_facts,
         }

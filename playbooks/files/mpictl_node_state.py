@@ -4,8 +4,9 @@ Run with ``raw`` (one SSH exec, no module payload: ``python3 -c <this file> <JSO
 JSON object. ``{"mode": "probe", "inputs": D, "cuda_homes": [...]}`` (read-only) compares the
 record with the node as it is now and returns the components still in that state
 (``converged``), those whose signed items changed (``drifted``), the node's GPU count
-(``gpus``), its RDMA ports (``rdma``) and its public SSH host keys (``host_keys``, type and key:
-mpictl.members tells a re-imaged node by them).
+(``gpus``), its RDMA ports (``rdma``), its public SSH host keys (``host_keys``, type and key:
+mpictl.members tells a re-imaged node by them) and who it is (``identity``: its machine id and OS,
+which the controller compares with the facts it cached for the node).
 ``{"mode": "record", "inputs": D, "claims": {component: [item, ...]}, "keep": [...]}`` signs
 what each component claims and writes the record (``changed``).
 
@@ -97,6 +98,20 @@ def host_keys(root: str = SSH_DIR) -> list[str]:
             if len(words) >= 2:
                 out.append(f"{words[0]} {words[1]}")
     return sorted(out)
+
+
+def identity(etc: str = "/etc") -> dict[str, str]:
+    """The node's machine id and OS (``ID`` and ``VERSION_ID`` of os-release, as Ansible's
+    ``ansible_distribution`` lowercased and ``ansible_distribution_version`` read them)."""
+    fields = {}
+    for line in read(os.path.join(etc, "os-release")).splitlines():
+        key, _, value = line.partition("=")
+        fields[key.strip()] = value.strip().strip('"')
+    return {
+        "machine_id": read(os.path.join(etc, "machine-id")).strip(),
+        "os": fields.get("ID", ""),
+        "os_version": fields.get("VERSION_ID", ""),
+    }
 
 
 def rdma_ports(root: str = IB_ROOT) -> list[str]:
@@ -442,6 +457,7 @@ def handle(request: dict) -> dict:
             "gpus": len(gpus),
             "rdma": rdma_ports(),
             "host_keys": host_keys(),
+            "identity": identity(),
         }
     claims = request.get("claims") or {}
     keep = request.get("keep") or []

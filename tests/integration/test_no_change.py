@@ -12,6 +12,7 @@ compares equal, say) fails here rather than only in the benchmark."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,15 @@ PROBE = "Count the node's GPUs and find the components still as its last run lef
 SHORT_PATH_TASKS = {
     "Check that the Ansible version is supported",
     "Check that the group mpi_nodes has hosts",
-    "Check that every node has a unique name and address, and mpi_slots an integer in 1..4096",
+    "Check that every node has a unique name and address",
+    "Check every role and cluster variable of every node against its declared rule",
     "Remember that the inventory was validated in this run",
     "Digest the inputs of this run",
     PROBE,
+    "Find the nodes whose cached facts describe another machine",
+    "Say which nodes' cached facts were of another machine",
+    "Gather the facts of a node whose cached facts were of another machine",
+    "Digest the inputs of this run again, from the fresh facts",
     "Cache the GPU count and the RDMA ports of every node as facts (mpi_slots, transport)",
     "Remember that the nodes' facts were gathered, and the components every node still holds",
 }
@@ -164,3 +170,30 @@ def test_an_install_changed_under_mpictl_is_installed_again(
     again = provision_run(inventory, source_vars)
     assert again.ok, describe_failures(again)
     assert {r.task for r in again.task_results()} <= SHORT_PATH_TASKS
+
+
+def test_cached_facts_of_another_machine_are_gathered_again(
+    short_path_provision: runner.RunResult,
+    inventory: Path,
+    source_vars: dict[str, Any],
+    it_state: Path,
+) -> None:
+    """node2's cached facts say another machine id (as when a node is re-imaged or replaced
+    behind the same name): the run says so, gathers node2's facts again, and changes nothing."""
+    cached = it_state / "facts" / "node2"
+    facts = json.loads(cached.read_text())
+    real = facts["ansible_machine_id"]
+    facts["ansible_machine_id"] = "0" * 32
+    cached.write_text(json.dumps(facts))
+
+    result = provision_run(inventory, source_vars)
+    assert result.ok, describe_failures(result)
+    warned = [r for r in result.task_results()
+              if r.task == "Say which nodes' cached facts were of another machine"
+              and r.status == "ok"]  # fmt: skip
+    assert len(warned) == 1 and "node2" in str(warned[0].result.get("msg")), warned
+    assert statuses(
+        result, "Gather the facts of a node whose cached facts were of another machine"
+    )["node2"] == {"ok"}
+    assert json.loads(cached.read_text())["ansible_machine_id"] == real
+    assert not [r for r in result.changed_tasks() if r.host != "localhost"]

@@ -340,3 +340,30 @@ def test_every_component_play_has_no_node_on_the_short_path_and_claims_its_items
             claims_var = claim.split(f"'{component}': ")[1].split("}")[0]
             role_vars = yaml.safe_load((ROOT / "roles" / role / "vars" / "main.yml").read_text())
             assert claims_var in role_vars, (role, claims_var)
+
+
+def test_the_probe_says_which_machine_it_ran_on(tmp_path: Path) -> None:
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "machine-id").write_text("0123abcd\n")
+    (etc / "os-release").write_text('NAME="Debian GNU/Linux"\nID=debian\nVERSION_ID="12"\n')
+    assert node.identity(str(etc)) == {"machine_id": "0123abcd", "os": "debian", "os_version": "12"}
+
+
+def stale(cached: dict, probed: dict) -> list[str]:
+    who = {"machine_id": "m1", "os": "debian", "os_version": "12"}
+    answer = {"identity": {**who, **probed.get("identity", {})},
+              "host_keys": probed.get("host_keys", ["ssh-ed25519 KEY1"])}  # fmt: skip
+    facts = {"machine_id": "m1", "distribution": "Debian", "distribution_version": "12",
+             "ssh_host_key_ed25519_public": "KEY1", **cached}  # fmt: skip
+    hostvars = {"node1": {"ansible_facts": facts,
+                          "__mpictl_node_state": {"stdout": json.dumps(answer)}}}  # fmt: skip
+    return state.mpictl_stale_facts(["node1"], hostvars)
+
+
+def test_cached_facts_of_another_machine_are_found() -> None:
+    assert stale({}, {}) == []
+    assert stale({"machine_id": "m0"}, {}) == ["node1"]  # re-imaged: a new machine id
+    assert stale({"distribution_version": "11"}, {}) == ["node1"]  # upgraded in place
+    assert stale({}, {"host_keys": ["ssh-ed25519 KEY2"]}) == ["node1"]  # another host key
+    assert stale({"machine_id": ""}, {}) == []  # nothing cached: gathered fresh anyway
