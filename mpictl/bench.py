@@ -270,7 +270,7 @@ def measure_links(
     pair's receiver throughput in GB/s, or why it has none ("did not run: ...", "failed: ...").
     A JobError when the head does not answer."""
     args = [str(port), str(IPERF_SECONDS), *(h for pair in pairs for h in pair)]
-    proc = head.run_python(programs.source(IPERF_DRIVER), args, timeout=timeout)
+    proc = head.run_watched(programs.source(IPERF_DRIVER), args, timeout=timeout)
     by_pair = {(str(r.get("a")), str(r.get("b"))): r for r in remote.json_lines(proc.stdout)}
     out: list[float | str] = []
     for pair in pairs:

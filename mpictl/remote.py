@@ -20,6 +20,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,39 @@ class HeadSSH:
             raise JobError(
                 f"{self.node.name}: no answer from the head node within {timeout:.0f} s"
             ) from None
+
+    def run_watched(
+        self, source: str, args: Sequence[str] = (), *, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a Python program (``python3 -c``) on the head with the SSH channel's stdin held
+        open while it runs: a program that watches its stdin learns when this process is gone
+        (``scripts/iperf_driver.py``)."""
+        command = "python3 -c " + " ".join(shlex.quote(a) for a in (source, *args))
+        pipe = subprocess.PIPE
+        proc = subprocess.Popen(self.argv(command), stdin=pipe, stdout=pipe, stderr=pipe, text=True)
+        out: dict[str, str] = {}
+        readers = [
+            threading.Thread(target=lambda k=k, s=s: out.__setitem__(k, s.read()), daemon=True)
+            for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr))
+        ]
+        for reader in readers:
+            reader.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise JobError(
+                f"{self.node.name}: no answer from the head node within {timeout:.0f} s"
+            ) from None
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for reader in readers:
+            reader.join(timeout=10)
+        return subprocess.CompletedProcess(
+            proc.args, rc, out.get("stdout", ""), out.get("stderr", "")
+        )
 
     def run_python(
         self, source: str, args: Sequence[str] = (), *, timeout: float = 120

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from mpictl import programs
+from tests.unit.orphans import alive
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "mpictl" / "scripts"
 NODE_PROGRAMS = [
@@ -171,15 +172,9 @@ def test_iperf_driver_runs_a_server_on_b_and_the_client_on_a(tmp_path: Path) -> 
         f'echo "$@" >> {log}\ncase "$*" in *" -s "*) exit 0;; *nodeC*) echo refused >&2; exit 1;; '
         f"esac\necho '{report}'\n",
     )
-    proc = subprocess.run(
-        [sys.executable, "-", "5201", "3", "nodeA", "nodeB", "nodeC", "nodeD"],
-        input=programs.source("iperf_driver.py"),
-        capture_output=True,
-        text=True,
-        env=with_path(bindir),
-        timeout=60,
-    )
-    first, second = map(json.loads, proc.stdout.splitlines())
+    proc = driver(["5201", "3", "nodeA", "nodeB", "nodeC", "nodeD"], with_path(bindir))
+    out, _ = proc.communicate_open(timeout=60)
+    first, second = map(json.loads, out.splitlines())
     assert (first["a"], first["b"], first["rc"]) == ("nodeA", "nodeB", 0)
     assert json.loads(first["stdout"]) == json.loads(report)
     assert (second["a"], second["b"], second["rc"], second["stderr"]) == (
@@ -193,12 +188,43 @@ def test_iperf_driver_runs_a_server_on_b_and_the_client_on_a(tmp_path: Path) -> 
     assert any(c.endswith("nodeD exec timeout 60 iperf3 -s -1 -p 5201") for c in calls)
     assert any(c.endswith("nodeA iperf3 -J -c nodeB -p 5201 -t 3") for c in calls)
     bad = subprocess.run(
-        [sys.executable, "-", "5201", "3", "nodeA"],
-        input=programs.source("iperf_driver.py"),
+        [sys.executable, "-c", programs.source("iperf_driver.py"), "5201", "3", "nodeA"],
         capture_output=True,
         text=True,
     )
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+class Driver(subprocess.Popen):  # type: ignore[type-arg]
+    def communicate_open(self, timeout: float) -> tuple[str, str]:
+        """Wait with stdin (the controller's SSH channel) held open, then read the output."""
+        self.wait(timeout=timeout)
+        self.stdin.close()  # type: ignore[union-attr]
+        return self.stdout.read(), self.stderr.read()  # type: ignore[union-attr]
+
+
+def driver(args: list[str], env: dict[str, str]) -> Driver:
+    """iperf_driver.py as the head runs it (``remote.HeadSSH.run_watched``)."""
+    return Driver([sys.executable, "-c", programs.source("iperf_driver.py"), *args], env=env,
+                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                  text=True)  # fmt: skip
+
+
+def test_iperf_driver_ends_its_iperf3_when_the_controller_goes_away(tmp_path: Path) -> None:
+    # The client on nodeA would run for a minute; the controller's channel closes after 2 s.
+    pids = tmp_path / "pids"
+    bindir = fake_bin(tmp_path, "ssh", f"echo $$ >> {pids}\nexec sleep 60\n")
+    proc = driver(["5201", "60", "nodeA", "nodeB"], with_path(bindir))
+    time.sleep(2)
+    start = time.monotonic()
+    proc.stdin.close()  # type: ignore[union-attr]
+    assert proc.wait(timeout=10) == 130
+    assert time.monotonic() - start < 5
+    assert "the controller went away" in proc.stderr.read()  # type: ignore[union-attr]
+    deadline = time.monotonic() + 5
+    while any(alive(int(p)) for p in pids.read_text().split()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(int(p)) for p in pids.read_text().split())  # killed (zombies at most)
 
 
 def run_probe(spec: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
