@@ -236,6 +236,88 @@ def _print_nodes(nodes: list) -> None:
     ui.console.print(ui.nodes_table(nodes))
 
 
+# --------------------------------------------------------------------------- the artifact cache
+cache_app = typer.Typer(
+    help="The artifact cache: list, export, import and prune built artifacts.",
+    no_args_is_help=True,
+)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("list")
+def cache_list(as_json: JsonOpt = False) -> None:
+    """What the cache holds: component, version, platform, fingerprint, size."""
+    import json
+
+    from mpictl import cache, ui
+
+    found = cache.entries()
+    if as_json:
+        rows = [{"component": e.component, "version": e.version, "platform": e.platform,
+                 "fingerprint": e.fingerprint, "size": e.size, "mtime": e.mtime,
+                 "sha256": e.sha256, "path": str(e.path)} for e in found]  # fmt: skip
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    ui.console.print(ui.cache_table(found))
+    typer.echo(f"wheels (downloads): {cache.wheels_size() / 1e6:.0f} MB")
+
+
+@cache_app.command("export")
+def cache_export(
+    target: Annotated[Path, typer.Argument(help="The archive to write (.tar.gz).")],
+    component: Annotated[
+        list[str] | None,
+        typer.Option("--component", "-c", help="Only this component (repeatable)."),
+    ] = None,
+) -> None:
+    """Pack built artifacts (all, or --component) with their checksums into one file."""
+    from mpictl import cache
+
+    done = cache.export(target, component or [])
+    typer.echo(f"exported {len(done)} artifact(s) to {shown(target)}")
+
+
+@cache_app.command("import")
+def cache_import(
+    source: Annotated[Path, typer.Argument(help="An archive of `mpictl cache export`.")],
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory", "-i", help="Refuse artifacts none of this cluster's nodes can use."
+        ),
+    ] = None,
+) -> None:
+    """Check an exported archive whole (members, sha256, platform), then add it to the cache."""
+    from mpictl import cache
+    from mpictl.inventory import load_inventory
+
+    facts = None
+    if inventory is not None:
+        facts = [n.facts or {} for n in load_inventory(inventory).nodes]
+    done = cache.import_archive(source, node_facts=facts)
+    typer.echo(f"imported {len(done)} artifact(s) from {shown(source)}")
+
+
+@cache_app.command("prune")
+def cache_prune(
+    older_than: Annotated[
+        float | None, typer.Option("--older-than", help="Remove artifacts older than DAYS.")
+    ] = None,
+    keep: Annotated[
+        int | None, typer.Option("--keep", help="Keep the N newest of each component.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would go.")] = False,
+) -> None:
+    """Remove old artifacts (a later provision builds what it needs again)."""
+    from mpictl import cache
+
+    gone = cache.prune(older_than, keep, dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for entry in gone:
+        typer.echo(f"{verb} {entry.component} {entry.version} {entry.fingerprint[:12]}")
+    typer.echo(f"{verb} {len(gone)} artifact(s), {sum(e.size for e in gone) / 1e6:.0f} MB")
+
+
 # --------------------------------------------------------------------------- job side
 # Logic lives in mpictl.submit / jobops / smoke / doctor / bench; these functions only parse,
 # print and map results to exit codes. `run` and `jobs` are in cli_jobs.

@@ -318,6 +318,13 @@ def fabric_table(report: FabricReport) -> Table:
     return _table(columns, rows, numbers, title=title)
 
 
+def cache_table(found: Sequence[Any]) -> Table:
+    """``mpictl cache list``: one row per cached artifact."""
+    rows = [[e.component, e.version, e.platform, e.fingerprint[:12], f"{e.size / 1e6:.1f} MB",
+             time.strftime("%Y-%m-%d %H:%M", time.localtime(e.mtime))] for e in found]  # fmt: skip
+    return _table(["component", "version", "platform", "fingerprint", "size", "cached"], rows)
+
+
 def host_check_table(rows: Sequence[Sequence[str]]) -> Table:
     """The hosts `mpictl init` checked (rows from ``hostcheck.table_rows``)."""
     return _table(("host", "reachable", "sudo", "OS", "Python", "CPUs", "GPUs", "note"), rows)
