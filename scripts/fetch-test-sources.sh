@@ -291,6 +291,10 @@ fetch_slurm() {
 
 main() {
   local src
+  # One fetch at a time per cache: two test workers, a Molecule scenario and the suite, or the
+  # demo and the suite, may run this at once; the second waits, then finds every file in place.
+  exec 9>"$DEST/.fetch.lock"
+  flock 9
   for src in "${SOURCES[@]}"; do
     "fetch_$src"
   done

@@ -21,6 +21,13 @@ ansible-lint --nocolor -q playbooks roles
 pytest -q -p no:cacheprovider -rs tests/unit
 if [ "$tier" = all ]; then
   bash scripts/fetch-test-sources.sh
-  # --durations: the profile of every test (setup included), the first place to look when CI slows
-  pytest -v -p no:cacheprovider -rs --durations=60 --durations-min=5 -m integration tests/integration
+  # Two workers (pytest-xdist, --dist loadgroup): the session sandbox's tests on one, the modules
+  # and Molecule scenarios with sandboxes of their own beside them on the other, once the session's
+  # first provision has filled the artifact cache (tests/integration/conftest.py: OWN_SANDBOX,
+  # warm_cache). MPICTL_IT_WORKERS=0 runs them all in one process, one after another.
+  # --durations: the profile of every test (setup included), the first place to look when CI slows.
+  workers=${MPICTL_IT_WORKERS:-2}
+  parallel=(); [ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadgroup)
+  pytest -v -p no:cacheprovider -rs --durations=60 --durations-min=5 "${parallel[@]}" \
+    -m integration tests/integration
 fi

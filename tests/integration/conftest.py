@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,39 @@ TEST_VARS: dict[str, Any] = {
 }
 
 
+#: Test modules with sandboxes of their own (the rest share the session sandbox). Under
+#: pytest-xdist (scripts/test.sh: -n 2 --dist loadgroup) each is a group of its own, run beside
+#: the session sandbox's group on another worker; their nodes, subnets and ports never meet.
+OWN_SANDBOX = {
+    "test_gpu_stub": "gpu-stub",
+    "test_installed": "wheel",
+    "test_sandbox": "sandbox",
+    "test_scale": "six",
+    "test_site_settings": "site",
+}
+#: Molecule scenarios that share one sandbox run in one group, one after another.
+MOLECULE_SHARED = {"build_once": "mol-openmpi", "openmpi": "mol-openmpi", "mpi4py": "mol-openmpi"}
+
+
+def xdist_group(item: pytest.Item) -> str:
+    module = Path(str(item.fspath)).stem
+    if module == "test_molecule":
+        role = item.callspec.params["role"].name if hasattr(item, "callspec") else "?"
+        return MOLECULE_SHARED.get(role, f"mol-{role}")
+    return OWN_SANDBOX.get(module, "session")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-    # Molecule scenarios last: they reuse the artifacts the session's provision put in the cache.
-    items.sort(key=lambda item: "test_molecule" in str(item.fspath))
+            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    # The session sandbox's tests first (under xdist its group goes to the first worker and
+    # warms the cache the others wait for), Molecule's scenarios last: they reuse the artifacts
+    # the session's provision put in the cache.
+    items.sort(
+        key=lambda item: (xdist_group(item) != "session", "test_molecule" in str(item.fspath))
+    )
 
 
 @pytest.fixture(scope="session")
@@ -139,12 +167,45 @@ def describe_failures(result: runner.RunResult) -> str:
     return "\n".join(lines)
 
 
+def _warm_marker() -> Path | None:
+    """Under pytest-xdist: the file the session sandbox's worker writes once its first provision
+    ended (``ok`` or ``failed``), one per test run; None without xdist."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    return paths.cache_dir() / f".it-warm-{run}" if run else None
+
+
 @pytest.fixture(scope="session")
 def first_provision(inventory: Path, source_vars: dict[str, Any]) -> runner.RunResult:
     """The session's first full provision of the fresh sandbox (its events are kept)."""
-    result = provision_run(inventory, source_vars)
+    marker = _warm_marker()
+    try:
+        result = provision_run(inventory, source_vars)
+    except BaseException:
+        if marker is not None:
+            marker.write_text("failed\n")
+        raise
+    if marker is not None:
+        marker.write_text("ok\n" if result.ok else "failed\n")
     assert result.ok, describe_failures(result)
     return result
+
+
+@pytest.fixture(scope="session")
+def warm_cache(request: pytest.FixtureRequest, it_state: Path) -> None:
+    """The artifact cache holds the session sandbox's builds, so a sandbox of another module
+    installs them instead of compiling the same fingerprints again. Without xdist: the session's
+    first provision. Under xdist (``--dist loadgroup`` only: a group runs whole on one worker,
+    the session sandbox's group first, being first in collection order): wait for the first
+    provision of the worker that runs the session sandbox's group."""
+    marker = _warm_marker()
+    if marker is None:
+        request.getfixturevalue("first_provision")
+        return
+    deadline = time.monotonic() + 5400
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the session sandbox's first provision never ended"
+        time.sleep(5)
+    assert marker.read_text().strip() == "ok", "the session sandbox's first provision failed"
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +264,22 @@ def assert_built_once(
         assert compiled_on == [], f"{component}: compiled although cached: {compiled_on}"
     assert ran(install_task) == nodes, f"{component}: installed on {ran(install_task)}"
     return compiled_on
+
+
+# A skipped integration test is a check lost: the only skips are for a machine without a CUDA
+# toolkit (the GPU-stub sandbox, NCCL). On a machine that has one, any skip fails the run.
+_SKIPPED: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "tests/integration" in report.nodeid:
+        _SKIPPED.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controlling process sees every worker's reports
+    if _SKIPPED and Path("/usr/local/cuda/bin/nvcc").is_file() and exitstatus == 0:
+        print(f"\nmpictl: {len(_SKIPPED)} integration test(s) skipped on a machine that can run "
+              f"them (it has /usr/local/cuda/bin/nvcc): {', '.join(_SKIPPED[:5])}")  # fmt: skip
+        session.exitstatus = 1

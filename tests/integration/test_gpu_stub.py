@@ -130,7 +130,7 @@ def failure_messages(result: runner.RunResult) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def gpu(
-    tmp_path_factory: pytest.TempPathFactory, source_vars: dict[str, Any]
+    tmp_path_factory: pytest.TempPathFactory, source_vars: dict[str, Any], warm_cache: None
 ) -> Iterator[GpuSandbox]:
     state = tmp_path_factory.mktemp("gpu-state")
     inv = clone_sandbox_inventory(state / "inventory", NAME, SUBNET, PORT_BASE)

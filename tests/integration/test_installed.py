@@ -82,7 +82,7 @@ def copy_bundled_inventory(installed: Installed) -> Path:
 @pytest.fixture(scope="module")
 def installed(
     tmp_path_factory: pytest.TempPathFactory,
-    first_provision: object,  # the artifact cache is warm
+    warm_cache: None,  # the session sandbox's builds are in the cache
 ) -> Iterator[Installed]:
     base = tmp_path_factory.mktemp("installed")
     wheel = build_wheel(base / "dist")

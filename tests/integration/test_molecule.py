@@ -18,7 +18,7 @@ SCENARIOS = sorted(p.parents[2] for p in (ROOT / "roles").glob("*/molecule/defau
 
 
 @pytest.mark.parametrize("role", SCENARIOS, ids=[p.name for p in SCENARIOS])
-def test_molecule_scenario(role: Path, tmp_path: Path, it_state: Path) -> None:
+def test_molecule_scenario(role: Path, tmp_path: Path, it_state: Path, warm_cache: None) -> None:
     env = {**os.environ, "MPICTL_STATE_DIR": str(tmp_path / "state")}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     proc = subprocess.run(

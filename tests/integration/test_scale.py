@@ -31,7 +31,7 @@ LANDING = "Create the MPI user's landing directory for the fan-out of {}"
 
 @pytest.fixture(scope="module")
 def six(
-    it_state: Path, first_provision: object, source_vars: dict[str, Any]
+    it_state: Path, warm_cache: None, source_vars: dict[str, Any]
 ) -> Iterator[tuple[Path, dict[str, Any]]]:
     inv = sandbox.clone_inventory(it_state / "six", NAME, SUBNET, PORT_BASE, count=6)
     sandbox.down(inv)

@@ -57,7 +57,7 @@ class Site:
 @pytest.fixture(scope="module")
 def site(
     tmp_path_factory: pytest.TempPathFactory,
-    first_provision: object,  # the artifact cache is warm: nothing compiles here
+    warm_cache: None,  # the session sandbox's builds are in the cache: nothing compiles here
     source_vars: dict[str, Any],
 ) -> Iterator[Site]:
     state = tmp_path_factory.mktemp("site-state")
