@@ -21,13 +21,29 @@ ansible-lint --nocolor -q playbooks roles
 pytest -q -p no:cacheprovider -rs tests/unit
 if [ "$tier" = all ]; then
   bash scripts/fetch-test-sources.sh
-  # Two workers (pytest-xdist, --dist loadgroup): the session sandbox's tests on one, the modules
-  # and Molecule scenarios with sandboxes of their own beside them on the other, once the session's
-  # first provision has filled the artifact cache (tests/integration/conftest.py: OWN_SANDBOX,
-  # warm_cache). MPICTL_IT_WORKERS=0 runs them all in one process, one after another.
-  # --durations: the profile of every test (setup included), the first place to look when CI slows.
-  workers=${MPICTL_IT_WORKERS:-2}
-  parallel=(); [ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadgroup)
-  pytest -v -p no:cacheprovider -rs --durations=60 --durations-min=5 "${parallel[@]}" \
-    -m integration tests/integration
+  # Two pytest processes side by side: the session sandbox's tests, and the tests with sandboxes
+  # of their own (marker `beside`: tests/integration/conftest.py, OWN_SANDBOX; Molecule's
+  # scenarios among them), which start compiling nothing the session's first provision builds:
+  # they wait for it (MPICTL_IT_RUN names this run's marker in the cache). The second process's
+  # output is printed when it ends. MPICTL_IT_PARALLEL=0 runs them in one process, one after the
+  # other. --durations: the profile of every test, the first place to look when CI slows.
+  it=(pytest -v -p no:cacheprovider -rs --durations=40 --durations-min=5)
+  if [ "${MPICTL_IT_PARALLEL:-1}" = 0 ]; then
+    "${it[@]}" -m integration tests/integration
+  else
+    MPICTL_IT_RUN="$$-$(date +%s)"
+    export MPICTL_IT_RUN
+    warm="$MPICTL_CACHE_DIR/.it-warm-$MPICTL_IT_RUN"
+    beside_log=$(mktemp)
+    MPICTL_IT_BESIDE=1 "${it[@]}" -m "integration and beside" tests/integration >"$beside_log" 2>&1 &
+    beside=$!
+    rc=0
+    "${it[@]}" -m "integration and not beside" tests/integration || rc=$?
+    [ -e "$warm" ] || echo failed >"$warm" # the session never provisioned: stop the waiting
+    wait "$beside" || rc=$((rc ? rc : $?))
+    echo "=== the tests with sandboxes of their own (run beside the session sandbox's) ==="
+    cat "$beside_log"
+    rm -f "$beside_log" "$warm"
+    exit "$rc"
+  fi
 fi

@@ -48,39 +48,23 @@ TEST_VARS: dict[str, Any] = {
 }
 
 
-#: Test modules with sandboxes of their own (the rest share the session sandbox). Under
-#: pytest-xdist (scripts/test.sh: -n 2 --dist loadgroup) each is a group of its own, run beside
-#: the session sandbox's group on another worker; their nodes, subnets and ports never meet.
-OWN_SANDBOX = {
-    "test_gpu_stub": "gpu-stub",
-    "test_installed": "wheel",
-    "test_sandbox": "sandbox",
-    "test_scale": "six",
-    "test_site_settings": "site",
-}
-#: Molecule scenarios that share one sandbox run in one group, one after another.
-MOLECULE_SHARED = {"build_once": "mol-openmpi", "openmpi": "mol-openmpi", "mpi4py": "mol-openmpi"}
-
-
-def xdist_group(item: pytest.Item) -> str:
-    module = Path(str(item.fspath)).stem
-    if module == "test_molecule":
-        role = item.callspec.params["role"].name if hasattr(item, "callspec") else "?"
-        return MOLECULE_SHARED.get(role, f"mol-{role}")
-    return OWN_SANDBOX.get(module, "session")
+#: Test modules with sandboxes of their own; the rest share the session sandbox. They carry the
+#: marker ``beside``: scripts/test.sh runs them (and Molecule's scenarios, each with a sandbox of
+#: its own) in a second pytest process beside the session sandbox's, once the session's first
+#: provision has filled the artifact cache (``warm_cache``); their nodes, subnets and ports never
+#: meet the session sandbox's.
+OWN_SANDBOX = ("test_gpu_stub", "test_installed", "test_sandbox", "test_scale",
+               "test_site_settings", "test_molecule")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-    # The session sandbox's tests first (under xdist its group goes to the first worker and
-    # warms the cache the others wait for), Molecule's scenarios last: they reuse the artifacts
-    # the session's provision put in the cache.
-    items.sort(
-        key=lambda item: (xdist_group(item) != "session", "test_molecule" in str(item.fspath))
-    )
+            if Path(str(item.fspath)).stem in OWN_SANDBOX:
+                item.add_marker(pytest.mark.beside)
+    # Molecule scenarios last: they reuse the artifacts the session's provision put in the cache.
+    items.sort(key=lambda item: "test_molecule" in str(item.fspath))
 
 
 @pytest.fixture(scope="session")
@@ -168,9 +152,9 @@ def describe_failures(result: runner.RunResult) -> str:
 
 
 def _warm_marker() -> Path | None:
-    """Under pytest-xdist: the file the session sandbox's worker writes once its first provision
-    ended (``ok`` or ``failed``), one per test run; None without xdist."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    """With ``MPICTL_IT_RUN`` (scripts/test.sh: one id per run of the suite): the file the
+    session sandbox's process writes once its first provision ended (``ok`` or ``failed``)."""
+    run = os.environ.get("MPICTL_IT_RUN")
     return paths.cache_dir() / f".it-warm-{run}" if run else None
 
 
@@ -193,12 +177,11 @@ def first_provision(inventory: Path, source_vars: dict[str, Any]) -> runner.RunR
 @pytest.fixture(scope="session")
 def warm_cache(request: pytest.FixtureRequest, it_state: Path) -> None:
     """The artifact cache holds the session sandbox's builds, so a sandbox of another module
-    installs them instead of compiling the same fingerprints again. Without xdist: the session's
-    first provision. Under xdist (``--dist loadgroup`` only: a group runs whole on one worker,
-    the session sandbox's group first, being first in collection order): wait for the first
-    provision of the worker that runs the session sandbox's group."""
+    installs them instead of compiling the same fingerprints again: the session's first
+    provision, or, in the process that runs the ``beside`` tests next to the session sandbox's
+    (``MPICTL_IT_BESIDE=1``), the end of that provision in the other process."""
     marker = _warm_marker()
-    if marker is None:
+    if marker is None or not os.environ.get("MPICTL_IT_BESIDE"):
         request.getfixturevalue("first_provision")
         return
     deadline = time.monotonic() + 5400
@@ -277,8 +260,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if hasattr(session.config, "workerinput"):
-        return  # an xdist worker: the controlling process sees every worker's reports
     if _SKIPPED and Path("/usr/local/cuda/bin/nvcc").is_file() and exitstatus == 0:
         print(f"\nmpictl: {len(_SKIPPED)} integration test(s) skipped on a machine that can run "
               f"them (it has /usr/local/cuda/bin/nvcc): {', '.join(_SKIPPED[:5])}")  # fmt: skip
