@@ -7,7 +7,8 @@ sandbox by default) and reports the wall time of each (median, p90, p99, max), h
 watchdog ended (its `mpictl: watchdog:` line) and how many hung: a run that had not ended after
 `--timeout 60` (exit 124). With `--watchdog off` (MPICTL_WATCHDOG_GRACE=off) mpirun runs bare, to
 show that the race is still there. With `--launcher slurm` the ranks start under srun (no PRRTE).
-A run that fails otherwise (any other exit code) stops the benchmark.
+A run that fails otherwise (any other exit code) stops the benchmark; `--until-hangs N` stops
+after N hangs (for the loop with the watchdog off).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--watchdog", choices=("on", "off"), default="on")
     parser.add_argument("--launcher", choices=("mpirun", "slurm"), default="mpirun")
+    parser.add_argument("--until-hangs", type=int, default=0,
+                        help="stop after this many hangs (0: run them all)")  # fmt: skip
     args = parser.parse_args()
     env = dict(os.environ)
     if args.watchdog == "off":
@@ -65,11 +68,13 @@ def main() -> None:
             sys.exit(f"run {n}: exit {rc} (not a hang): stopping")
         if n % 25 == 0:
             print(f"{n} runs: {hangs} hung, watchdog acted {acted}", file=sys.stderr)
+        if args.until_hangs and hangs >= args.until_hangs:
+            break
     result = {
         "command": "mpictl run -np 3 --ppn 1 -- true",
         "launcher": args.launcher,
         "watchdog": args.watchdog,
-        "runs": args.runs,
+        "runs": len(times),
         "hangs": hangs,
         "watchdog_acted": acted,
         "median_s": round(statistics.median(times), 2),
