@@ -16,10 +16,11 @@ exit code to ``/tmp/mpictl-ranks-<uid>/<job id>/<rank>`` once the rank has ended
         never exits after every rank of a job has ended (its daemons miss the exit order:
         open-mpi/ompi#10586, openpmix/prrte#1839). When the head has held no live rank of the job
         for GRACE seconds while mpirun still runs, the watchdog probes every HOST over the
-        cluster's SSH; when none holds a live rank either, it ends mpirun (SIGTERM to its process
-        group, SIGKILL after 5 s), writes the job's exit code (the ranks' own: the first non-zero
-        in rank order, else 0; 1 when a rank left no exit code) to RC_FILE and says so in one line
-        on stderr. Ranks that are alive (running, or blocked in a barrier) are never touched:
+        cluster's SSH; when none holds a live rank either and every rank has noted its exit code,
+        it ends mpirun (SIGTERM to its process group, SIGKILL after 5 s), writes the job's exit
+        code (the ranks' own: the first non-zero in rank order, else 0) to RC_FILE and says so in
+        one line on stderr. A job still starting (no rank alive yet, none ended) is never taken for
+        an ended one. Ranks that are alive (running, or blocked in a barrier) are never touched:
         while any node holds one, the probes back off (GRACE, 2*GRACE, ... up to 60 s). A node
         that does not answer counts as holding live ranks.
 """
@@ -184,7 +185,9 @@ def watch(job_id: str, pid: int, ranks: int, grace: float, rc_file: str, hosts: 
         if now < next_probe or not running(pid):
             continue
         alive, codes, silent = probe_all(hosts, job_id, program)
-        if alive or silent or not running(pid):
+        # Every rank must have noted its exit code: a job still starting (no rank alive yet, no
+        # code either) or a rank killed with its wrapper is never taken for an ended job.
+        if alive or silent or len(codes) < ranks or not running(pid):
             backoff = min(backoff * 2, MAX_BACKOFF_S)
             next_probe = time.monotonic() + backoff
             continue

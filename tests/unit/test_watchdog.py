@@ -130,6 +130,16 @@ def test_a_launcher_that_exits_is_left_alone(bindir: Path) -> None:
     assert took < 5
 
 
+def test_a_job_whose_ranks_have_not_started_yet_is_left_alone(bindir: Path) -> None:
+    # The launcher takes 6 s to start its ranks (a slow start: many nodes, a slow filesystem):
+    # nothing is alive and nothing has ended for twice the grace; the watchdog must wait.
+    slow = STANDIN.replace("procs = []", "time.sleep(6)\nprocs = []")
+    (bindir / "mpirun").write_text(slow)
+    rc, err, took = attached(bindir, plan(job_id(), ["true"]), 0.5, hang=False)
+    assert rc == 0 and executor.WATCHDOG_LINE not in err, err
+    assert took >= 6
+
+
 def test_a_node_that_does_not_answer_counts_as_holding_live_ranks(bindir: Path) -> None:
     (bindir / "ssh").write_text("#!/bin/sh\nexit 255\n")
     rc, err, _ = attached(bindir, plan(job_id(), ["true"]), 0.5, hang=True, wait=6)
