@@ -223,13 +223,13 @@ def mpictl_stale_facts(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> lis
             continue  # nothing cached yet: gathered fresh this run
         keys = {line.split()[-1] for line in probed.get("host_keys") or [] if line.split()}
         cached_key = facts.get("ssh_host_key_ed25519_public")
+        # os-release's VERSION_ID is the release ("12"); Ansible's version may be the point
+        # release ("12.12", from /etc/debian_version): the same release either way.
+        version, release = str(facts.get("distribution_version", "")), who.get("os_version", "")
         if (
             (who.get("machine_id") and who["machine_id"] != facts.get("machine_id"))
             or (who.get("os") and who["os"] != str(facts.get("distribution", "")).lower())
-            or (
-                who.get("os_version")
-                and who["os_version"] != str(facts.get("distribution_version", ""))
-            )
+            or (release and version != release and not version.startswith(release + "."))
             or (cached_key and keys and cached_key not in keys)
         ):
             out.append(host)

@@ -365,5 +365,7 @@ def test_cached_facts_of_another_machine_are_found() -> None:
     assert stale({}, {}) == []
     assert stale({"machine_id": "m0"}, {}) == ["node1"]  # re-imaged: a new machine id
     assert stale({"distribution_version": "11"}, {}) == ["node1"]  # upgraded in place
+    assert stale({"distribution_version": "12.12"}, {}) == []  # Debian's point release: the same
+    assert stale({"distribution_version": "11.9"}, {}) == ["node1"]
     assert stale({}, {"host_keys": ["ssh-ed25519 KEY2"]}) == ["node1"]  # another host key
     assert stale({"machine_id": ""}, {}) == []  # nothing cached: gathered fresh anyway
