@@ -12,12 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mpictl import jobs
 from mpictl.inventory import Cluster
 from tests.integration.conftest import provision_run
-from tests.integration.nodes import ROOT, ssh, ssh_mpi
+from tests.integration.nodes import ssh, ssh_mpi
 from tests.integration.test_jobs import (
     TF_CONFIG_SCRIPT,
     VENV_PY,
