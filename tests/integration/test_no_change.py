@@ -180,11 +180,21 @@ def test_cached_facts_of_another_machine_are_gathered_again(
 ) -> None:
     """node2's cached facts say another machine id (as when a node is re-imaged or replaced
     behind the same name): the run says so, gathers node2's facts again, and changes nothing."""
-    cached = it_state / "facts" / "node2"
-    facts = json.loads(cached.read_text())
-    real = facts["ansible_machine_id"]
-    facts["ansible_machine_id"] = "0" * 32
-    cached.write_text(json.dumps(facts))
+    # ansible-core 2.19's jsonfile cache: facts/s<N>_node2 = {"__payload__": "<facts as JSON>"}
+    (cached,) = [p for p in (it_state / "facts").iterdir() if p.name.split("_", 1)[-1] == "node2"]
+
+    def machine_id(new: str | None = None) -> str:
+        outer = json.loads(cached.read_text())
+        facts = json.loads(outer["__payload__"]) if "__payload__" in outer else outer
+        old = str(facts["ansible_machine_id"])
+        if new is not None:
+            facts["ansible_machine_id"] = new
+            if "__payload__" in outer:
+                outer["__payload__"] = json.dumps(facts)
+            cached.write_text(json.dumps(outer if "__payload__" in outer else facts))
+        return old
+
+    real = machine_id("0" * 32)
 
     result = provision_run(inventory, source_vars)
     assert result.ok, describe_failures(result)
@@ -195,5 +205,6 @@ def test_cached_facts_of_another_machine_are_gathered_again(
     assert statuses(
         result, "Gather the facts of a node whose cached facts were of another machine"
     )["node2"] == {"ok"}
-    assert json.loads(cached.read_text())["ansible_machine_id"] == real
+    (cached,) = [p for p in (it_state / "facts").iterdir() if p.name.split("_", 1)[-1] == "node2"]
+    assert machine_id() == real
     assert not [r for r in result.changed_tasks() if r.host != "localhost"]
