@@ -20,6 +20,7 @@ artifact or none.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tarfile
@@ -69,14 +70,6 @@ class Entry:
 
 def artifacts_dir(cache: Path | None = None) -> Path:
     return (cache or paths.cache_dir()) / "artifacts"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def entries(cache: Path | None = None) -> list[Entry]:
@@ -152,7 +145,7 @@ def export(target: Path, components: Iterable[str] = (), cache: Path | None = No
             data = json.dumps(manifest, indent=1).encode()
             info = tarfile.TarInfo(MANIFEST)
             info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
-            tar.addfile(info, _bytes(data))
+            tar.addfile(info, io.BytesIO(data))
             for entry in chosen:
                 for path in entry.files():
                     tar.add(path, arcname=f"artifacts/{entry.component}/{path.name}",
@@ -162,12 +155,6 @@ def export(target: Path, components: Iterable[str] = (), cache: Path | None = No
         tmp.unlink(missing_ok=True)
         raise UsageError(f"cache export {shown(target)}: {exc.strerror or exc}") from None
     return chosen
-
-
-def _bytes(data: bytes) -> Any:
-    import io
-
-    return io.BytesIO(data)
 
 
 def _member_problem(member: tarfile.TarInfo) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import shlex
 import subprocess
 import threading
@@ -65,9 +64,7 @@ def parse_state(line: str) -> tuple[str, HeadState]:
 def start(head: remote.HeadSSH, plan: LaunchPlan, record: jobs.JobRecord) -> jobs.JobRecord:
     """Start ``plan`` detached on the head; the record notes where and how it runs."""
     directory = remote_dir(plan.job_id)
-    words, env = executor.launch(
-        plan, executor.watchdog_grace(os.environ.get("MPICTL_WATCHDOG_GRACE"))
-    )
+    words, env = executor.launch(plan, executor.watchdog_grace_from_env())
     proc = head.run(_command("start", directory, *words, env=env), timeout=60)
     words = proc.stdout.split()
     if proc.returncode != 0 or not words or words[0] not in ("started", "ended"):

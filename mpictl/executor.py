@@ -113,6 +113,11 @@ class EndingSignals:
             signal.signal(sig, handler)
 
 
+def watchdog_grace_from_env() -> float | None:
+    """The watchdog's grace for this process: ``MPICTL_WATCHDOG_GRACE`` (:func:`watchdog_grace`)."""
+    return watchdog_grace(os.environ.get("MPICTL_WATCHDOG_GRACE"))
+
+
 def watchdog_grace(value: str | None) -> float | None:
     """``MPICTL_WATCHDOG_GRACE``: seconds (0.5-600, default 3), or ``off`` (None)."""
     if value is None or value.strip() == "":
@@ -212,7 +217,7 @@ def execute(
     the record in every case."""
     lock = threading.Lock()
     log = record.output_path.open("ab")
-    grace = watchdog_grace(os.environ.get("MPICTL_WATCHDOG_GRACE"))
+    grace = watchdog_grace_from_env()
 
     def sink(stream: str, line: str) -> None:
         with lock:
