@@ -4,8 +4,9 @@ that stops answering named while the others are measured.
 
 The sandbox's veth links report a nominal 10 Gb/s that 2 shared cores cannot reach, so the test
 first measures the unthrottled matrix and takes its median (the slower direction of each pair)
-as the expectation, with a threshold of 0.5: the healthy pairs' noise on a shared 2-core machine
-stays well inside it, and a node shaped to a tenth of the median falls far below it. The
+as the expectation, with a threshold of 0.25: a healthy pair measured while the suite's other
+process compiles beside it has been seen at half the calibrated rate (CI, 2026-11-27), which
+stays well inside it, and a node shaped to a twentieth of the median falls far below it. The
 throttle is ``tc qdisc ... tbf`` on the node's ``eth0``, set from the host with ``nsenter`` (the
 nodes have no NET_ADMIN; ``netem`` does not work on this kernel); tbf shapes egress, so the
 node's pairs are slow in the direction from it, and a pair is slow when either direction is.
@@ -70,9 +71,9 @@ def test_fabric_names_the_throttled_node_and_passes_without_the_throttle(
     slower = [p["slower_GBps"] for p in calibration["pairs"]]
     assert all(s and s > 0 for s in slower), calibration["pairs"]
     expect_gbit = statistics.median(slower) * 8
-    expect = ["--expect", f"{expect_gbit:.3f}", "--threshold", "0.5"]
+    expect = ["--expect", f"{expect_gbit:.3f}", "--threshold", "0.25"]
 
-    with throttled("node3", max(1, int(expect_gbit * 1000 / 10))):
+    with throttled("node3", max(1, int(expect_gbit * 1000 / 20))):
         code, slow = fabric(inventory, *expect, "--plot", str(tmp_path / "fabric.png"))
     assert code == 1, slow
     assert verdicts(slow) == {
