@@ -29,14 +29,14 @@ from bench import write_result  # noqa: E402 - after the path that finds it
 TIMEOUT_S = 60
 
 
-def one(inventory: str, launcher: str, env: dict[str, str]) -> tuple[float, int, bool]:
-    """(seconds, exit code, whether the watchdog acted) of one run."""
+def one(inventory: str, launcher: str, env: dict[str, str]) -> tuple[float, int, str]:
+    """(seconds, exit code, what it printed on stderr) of one run."""
     argv = [sys.executable, "-m", "mpictl", "run", "-i", inventory, "--launcher", launcher,
             "-np", "3", "--ppn", "1", "--timeout", str(TIMEOUT_S), "--", "true"]  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     took = time.perf_counter() - start
-    return took, proc.returncode, "mpictl: watchdog:" in proc.stderr
+    return took, proc.returncode, proc.stderr
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -59,13 +59,13 @@ def main() -> None:
     times: list[float] = []
     hangs = acted = 0
     for n in range(1, args.runs + 1):
-        took, rc, watchdog = one(args.inventory, args.launcher, env)
+        took, rc, stderr = one(args.inventory, args.launcher, env)
         times.append(took)
-        acted += watchdog
+        acted += "mpictl: watchdog:" in stderr
         if rc == 124:
             hangs += 1
         elif rc != 0:
-            sys.exit(f"run {n}: exit {rc} (not a hang): stopping")
+            sys.exit(f"run {n}: exit {rc} (not a hang): stopping; it said:\n{stderr[-3000:]}")
         if n % 25 == 0:
             print(f"{n} runs: {hangs} hung, watchdog acted {acted}", file=sys.stderr)
         if args.until_hangs and hangs >= args.until_hangs:
