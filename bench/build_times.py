@@ -1,10 +1,12 @@
 """Benchmark: how long each from-source build takes on this machine (issue 5's figures).
 
 python bench/build_times.py --from-run RUN_DIR
-    The compile time of every component built in a finished provision (an ansible-runner
+    The build steps of every component built in a finished provision (an ansible-runner
     private data dir under <state>/runs/, e.g. a fresh sandbox's first provision on a cold
-    cache): the duration of each "Compile <Component> on the builder node" task (NCCL with the
-    kernel subset the sandbox and the tests use; OpenMPI's configure is reported beside it).
+    cache): for each of the eight compiled components (UCX, UCC, OpenMPI, mpi4py, NCCL,
+    nccl-tests, Horovod, Slurm) the duration of its configure, compile and staging install on the
+    builder node and of its fan-out from the seed node ("seconds" keeps the compile alone, NCCL
+    with the kernel subset the sandbox and the tests use).
 
 python bench/build_times.py --nccl [--only-funcs SPEC] [--arch 90] [--jobs N]
     NCCL's `make src.build` on this machine, exactly as the nccl role runs it on a builder node
@@ -34,7 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench import write_result  # noqa: E402 - after the path that finds it
 
-COMPONENTS = ("OpenMPI", "mpi4py", "NCCL", "Horovod")
+#: Component (as its tasks name it) -> its build_once name (the fan-out task names that).
+COMPONENTS = {"UCX": "ucx", "UCC": "ucc", "OpenMPI": "openmpi", "mpi4py": "mpi4py", "NCCL": "nccl",
+              "nccl-tests": "nccl_tests", "Horovod": "horovod", "Slurm": "slurm"}  # fmt: skip
 EXTRA_TASKS = {"OpenMPI configure": "Configure OpenMPI on the builder node"}
 SUBSET = "AllReduce Sum f32 * *|SendRecv"
 
@@ -78,7 +82,30 @@ def compile_times(events: list[dict[str, Any]]) -> dict[str, Any]:
             if failed
             else "not compiled in this run (cached or skipped)"
         )
+    result["steps"] = build_steps(events, tasks)
     return result
+
+
+def build_steps(events: list[dict[str, Any]], compiles: dict[str, str]) -> dict[str, Any]:
+    """{component: {step: seconds}} of the components built in this run: configure, compile and
+    install (staging tree) on the builder node, fan-out from the seed node (the longest host of
+    each; a step the component does not have, or that did not run, is left out)."""
+    steps: dict[str, Any] = {}
+    for component, name in COMPONENTS.items():
+        tasks = {
+            "configure": f"Configure {component} on the builder node",
+            "compile": compiles[component],
+            "install": f"Install {component} into a staging tree on the builder node",
+            "fanout": f"Spread the artifact from the seed node over the SSH mesh for {name}",
+        }
+        row = {}
+        for step, task in tasks.items():
+            per_host = task_seconds(events, task)
+            if per_host:
+                row[step] = max(per_host.values())
+        if "compile" in row:
+            steps[component] = row
+    return steps
 
 
 def nccl_build(only_funcs: str | None, arch: str, jobs: int) -> None:

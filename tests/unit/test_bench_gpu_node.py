@@ -207,6 +207,30 @@ def test_a_failed_compile_is_reported_failed_not_not_compiled() -> None:
     ]
     got = build_times.compile_times(events)
     assert got["seconds"]["OpenMPI"] == {"gpu-node": 215.0}
+    assert got["steps"] == {"OpenMPI": {"compile": 215.0}}
     assert got["seconds"]["Horovod"].startswith("FAILED")
     assert got["failed"] == {"Horovod": {"gpu-node": 62.0}}
     assert got["seconds"]["NCCL"].startswith("not compiled")
+
+
+def test_every_compiled_component_has_its_steps() -> None:
+    spread = "build_once : Spread the artifact from the seed node over the SSH mesh for ucx"
+    timeline = [  # task, start, end (minutes:seconds after 10:00)
+        ("Configure UCX on the builder node", "00:00", "00:30"),
+        ("Compile UCX on the builder node", "00:30", "02:00"),
+        ("Install UCX into a staging tree on the builder node", "02:00", "02:05"),
+        (spread, "02:10", "02:12"),
+        ("Compile nccl-tests on the builder node", "03:00", "04:57"),
+        ("Compile Slurm on the builder node", "05:00", "07:05"),
+        ("Compile mpi4py on the builder node", "08:00", "10:46"),
+    ]
+    day = "2026-11-25T10:"
+    events = [_event("runner_on_ok", t, "n1", day + a, day + b) for t, a, b in timeline]
+    got = build_times.compile_times(events)
+    assert got["steps"] == {
+        "UCX": {"configure": 30.0, "compile": 90.0, "install": 5.0, "fanout": 2.0},
+        "nccl-tests": {"compile": 117.0},
+        "Slurm": {"compile": 125.0},
+        "mpi4py": {"compile": 166.0},
+    }
+    assert got["seconds"]["UCC"].startswith("not compiled")
