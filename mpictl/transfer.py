@@ -4,7 +4,7 @@ The controller sends it once, to the head, with rsync over the head's own SSH co
 cluster key, the pinned known_hosts of the inventory): the selection's own list of paths
 (``--files-from``, NUL-separated) is what leaves the controller, and the left-out paths only
 decide what is deleted there (:func:`send_to_head`); the head then spreads it to the other
-nodes in rounds (``scripts/workdir_fanout.py``), each node mirroring the head's copy. Every
+nodes in rounds (``scripts/mesh_spread.py``), each node mirroring the head's copy. Every
 transfer's rsync ``--stats`` are kept, so a record shows what moved (a second run of an unchanged
 tree moves no file content).
 """
@@ -25,7 +25,7 @@ from mpictl import programs, remote, workdir
 from mpictl.errors import JobError
 from mpictl.inputs import shown
 
-FANOUT = "workdir_fanout.py"
+FANOUT = "mesh_spread.py"
 _STAT_LINES = {
     "files": r"Number of regular files transferred:\s*([\d,.]+)",
     "content_bytes": r"Total transferred file size:\s*([\d,.]+)",
@@ -131,11 +131,17 @@ def _rsync(
     return proc
 
 
+def fanout_spec(rel: str, hosts: Sequence[str], timeout: int = 3600) -> dict[str, Any]:
+    """What scripts/mesh_spread.py gets on the head: the tree ``~/rel``, sent to ``hosts``."""
+    return {"kind": "tree", "dir": rel, "hosts": list(hosts), "seed": "head",
+            "connect_timeout": 5, "timeout": timeout}  # fmt: skip
+
+
 def spread(
     head: remote.HeadSSH, rel: str, hosts: Sequence[str]
 ) -> tuple[str, list[dict[str, Any]]]:
     """From the head to ``hosts`` (addresses); the head's home and one record per transfer."""
-    spec = {"dir": rel, "hosts": list(hosts), "connect_timeout": 5, "timeout": 3600}
+    spec = fanout_spec(rel, hosts)
     proc = head.run_python(programs.source(FANOUT), [json.dumps(spec)], timeout=3700)
     data = next(iter(remote.json_lines(proc.stdout)), None)
     if proc.returncode != 0 or data is None:
@@ -144,13 +150,17 @@ def spread(
             f"{remote.last_line(proc.stderr) or proc.returncode}"
         )
     records = []
-    failed = []
+    outcome: dict[str, dict[str, Any]] = {}  # the last record for a node is its outcome
     for rec in data["transfers"]:
-        if rec["rc"] != 0:
-            failed.append(f"{rec['to']} (from {rec['from']}: {_rsync_reason(rec['stderr'])})")
+        outcome[rec["to"]] = rec
         records.append(
             {"from": rec["from"], "to": rec["to"], "stats": asdict(parse_stats(rec["stdout"]))}
         )
+    failed = [
+        f"{rec['to']} (from {rec['from']}: {_rsync_reason(rec['stderr'])})"
+        for rec in outcome.values()
+        if rec["rc"] != 0
+    ]
     if failed:
         raise JobError("the workdir did not reach " + "; ".join(failed))
     return str(data["home"]), records

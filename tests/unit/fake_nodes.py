@@ -1,7 +1,8 @@
 """Nodes as directories, for the tests of what the job side does over SSH (``--workdir``,
 detached jobs): a fake ``ssh`` on PATH for which every host is a directory of ``$NODES``, its
 home, where the remote command runs with ``sh -c`` (as sshd runs it with the login shell). rsync
-over it is real rsync; a host named in ``$FAIL_HOSTS`` refuses the connection as OpenSSH does."""
+over it is real rsync; a host named in ``$FAIL_HOSTS`` refuses the connection as OpenSSH does, and
+one named in ``$FAIL_FROM`` reaches no other host with its own ssh."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ shift
 case " ${FAIL_HOSTS:-} " in
   *" $host "*) echo "ssh: connect to host $host port 22: Connection refused" >&2; exit 255 ;;
 esac
+case " ${FAIL_FROM:-} " in  # a node whose own ssh reaches no one (it sends nothing)
+  *" ${HOME##*/} "*) echo "ssh: connect to host $host port 22: Network unreachable" >&2; exit 255 ;;
+esac
 [ -d "$NODES/$host" ] || { echo "ssh: Could not resolve hostname $host" >&2; exit 255; }
 cd "$NODES/$host" && HOME="$NODES/$host" exec sh -c "$*"
 """
@@ -47,6 +51,7 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosts: list[str]) -
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setenv("NODES", str(base))
     monkeypatch.delenv("FAIL_HOSTS", raising=False)
+    monkeypatch.delenv("FAIL_FROM", raising=False)
     return base
 
 

@@ -34,7 +34,7 @@ NODE_PROGRAMS = [
     "slurm_job.sh",
     "doctor_slurm.py",
     "cluster_status.py",
-    "artifact_fanout.py",
+    "mesh_spread.py",
     "fabric_p2p.py",
     "fabric_node.sh",
     "fabric_nccl.py",

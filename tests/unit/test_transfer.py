@@ -1,4 +1,4 @@
-"""What ``run --workdir`` actually moves (mpictl.transfer, scripts/workdir_fanout.py): real rsync
+"""What ``run --workdir`` actually moves (mpictl.transfer, scripts/mesh_spread.py): real rsync
 with the real command lines, over a fake ``ssh`` (tests/unit/fake_nodes.py: every host a
 directory, its home). What the selection leaves out
 must never arrive (nor stay from an earlier run), every node must end with the head's tree, a
@@ -143,16 +143,16 @@ def test_parse_stats_reads_rsync_figures() -> None:
 
 
 def test_the_fanout_program_is_package_data() -> None:
-    path = Path(__file__).resolve().parents[2] / "mpictl" / "scripts" / "workdir_fanout.py"
-    assert programs.source("workdir_fanout.py") == path.read_text()
+    path = Path(__file__).resolve().parents[2] / "mpictl" / "scripts" / "mesh_spread.py"
+    assert programs.source("mesh_spread.py") == path.read_text()
 
 
 def run_fanout(nodes: Path, rel: str, hosts: list[str]) -> dict[str, Any]:
-    """scripts/workdir_fanout.py as transfer.spread runs it: ``python3 - SPEC`` on the head."""
-    spec = {"dir": rel, "hosts": hosts, "connect_timeout": 5, "timeout": 60}
+    """scripts/mesh_spread.py as transfer.spread runs it: ``python3 - SPEC`` on the head."""
+    spec = transfer.fanout_spec(rel, hosts, timeout=60)
     proc = subprocess.run(
         [sys.executable, "-", json.dumps(spec)],
-        input=programs.source("workdir_fanout.py"),
+        input=programs.source("mesh_spread.py"),
         capture_output=True,
         text=True,
         env={**os.environ, "HOME": str(nodes / "head")},
@@ -218,6 +218,24 @@ def test_fanout_reports_a_failed_node_and_never_sends_from_it(
     assert "n1" not in {r["from"] for r in records}
     assert not (nodes / "n1" / rel).exists()
     for name in NODES[1:]:
+        assert snapshot(nodes / name / rel) == tree, name
+
+
+def test_a_node_whose_sender_failed_gets_one_more_try_from_the_head(
+    nodes: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one retry rule of scripts/mesh_spread.py (as for build artifacts): n1 received the
+    tree but cannot send it on; the nodes it was to serve get it from the head."""
+    rel = ".mpictl/workdirs/proj-0123456789"
+    tree = seed_head(nodes, project, rel)
+    monkeypatch.setenv("FAIL_FROM", "n1")
+    records = run_fanout(nodes, rel, NODES)["transfers"]
+    from_n1 = [r for r in records if r["from"] == "n1"]
+    assert from_n1 and all(r["rc"] != 0 for r in from_n1), records
+    last = {r["to"]: r for r in records}  # the last record of a node is its outcome
+    assert all(last[n]["rc"] == 0 for n in NODES), records
+    assert {last[r["to"]]["from"] for r in from_n1} == {"head"}
+    for name in NODES:
         assert snapshot(nodes / name / rel) == tree, name
 
 

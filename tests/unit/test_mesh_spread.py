@@ -1,4 +1,4 @@
-"""scripts/artifact_fanout.py (build_once's fan-out), run as the role runs it on the seed node
+"""scripts/mesh_spread.py (build_once's fan-out), run as the role runs it on the seed node
 (``python3 - SPEC`` as the MPI user), with every node a directory behind a fake ssh: all nodes end
 with the artifact in about log2(N) rounds, a corrupted copy never lands, and a node that cannot be
 reached is named while the others still get it."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,7 @@ def sha(path: Path) -> str:
 
 def fanout(nodes: Path, hosts: list[str], digest: str | None = None) -> list[dict[str, Any]]:
     spec = {
+        "kind": "file",
         "src": "artifact.tar.gz",
         "dest": DEST,
         "sha256": digest or sha(nodes / "seed" / "artifact.tar.gz"),
@@ -45,10 +47,11 @@ def fanout(nodes: Path, hosts: list[str], digest: str | None = None) -> list[dic
     }
     proc = subprocess.run(
         [sys.executable, "-", json.dumps(spec)],
-        input=programs.source("artifact_fanout.py"),
+        input=programs.source("mesh_spread.py"),
         capture_output=True,
         text=True,
-        cwd=nodes / "seed",
+        env={**os.environ, "HOME": str(nodes / "seed")},
+        cwd="/",
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -89,3 +92,17 @@ def test_an_unreachable_node_is_named_and_the_rest_still_get_it(
     assert not last["n1"]["ok"] and "Connection refused" in last["n1"]["error"]
     assert all(last[n]["ok"] for n in TARGETS[1:])
     assert all(r["from"] != "n1" for r in records)  # a failed node never sends
+
+
+def test_a_node_whose_sender_failed_gets_one_more_try_from_the_seed(
+    nodes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAIL_FROM", "n1")  # n1 receives, but its own ssh reaches no one
+    records = fanout(nodes, TARGETS)
+    from_n1 = [r for r in records if r["from"] == "n1"]
+    assert from_n1 and not any(r["ok"] for r in from_n1), records
+    last = {r["to"]: r for r in records}
+    assert all(last[n]["ok"] for n in TARGETS), records
+    assert {last[r["to"]]["from"] for r in from_n1} == {"seed"}
+    digest = sha(nodes / "seed" / "artifact.tar.gz")
+    assert all(sha(nodes / n / DEST) == digest for n in TARGETS)
