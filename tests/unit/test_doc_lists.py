@@ -44,3 +44,21 @@ def test_the_tag_list_is_the_tags_provision_accepts() -> None:
     bullet = paragraph("- **Tags**").split("), on the play", 1)[0]
     named = re.findall(r"`([a-z0-9_]+)`", bullet.split("name of its playbook", 1)[1])
     assert named == list(provision.play_tags(ROOT / "playbooks" / "site.yml"))
+
+
+def test_the_inventory_contract_table_names_every_declared_cluster_variable() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Inventory contract") :]
+    start = section.index("| name |")
+    table = section[start : section.index("\n\n", start)]
+    named = set()
+    for row in table.splitlines()[2:]:
+        names, kind = row.split("|")[1:3]
+        if kind.strip() != "group":
+            named |= set(re.findall(r"`(mpi_[a-z0-9_]+)`", names))
+    specs = yaml.safe_load(
+        (ROOT / "roles" / "cluster_defaults" / "meta" / "argument_specs.yml").read_text()
+    )
+    declared = set(specs["argument_specs"]["main"]["options"])
+    # mpi_address is the inventory's own (inventory.load_inventory checks it), not a role's
+    assert named == declared | {"mpi_address"}
