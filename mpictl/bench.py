@@ -24,7 +24,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import inputs, nccl_tests, network, planner, programs, ranks, remote, submit, transport
+from mpictl import (
+    inputs,
+    iperf,
+    nccl_tests,
+    network,
+    planner,
+    ranks,
+    remote,
+    submit,
+    transport,
+)
 from mpictl import settings as cluster_settings
 from mpictl.errors import CheckFailed, Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
@@ -38,8 +48,6 @@ MAX_SWEEP_BYTES = 16 * 1024**3  # bench_allreduce.py allocates two buffers of th
 MAX_PPN = 4096
 REPORT_BYTES = 64 * 1024 * 1024
 RESULTS_FILE = "bench.json"
-IPERF_PORT = 5201
-IPERF_SECONDS = 3
 ENGINES = ("auto", "mpi", "nccl")
 ENGINE_TEXT = {
     "mpi": "MPI_Allreduce (mpi4py, host memory)",
@@ -212,21 +220,6 @@ def pick_engine(cluster: Cluster, head: remote.HeadSSH, engine: str) -> str:
     )
 
 
-def parse_iperf(text: str) -> float:
-    """Receiver throughput of an ``iperf3 -J`` run, in GB/s."""
-    data = json.loads(text)
-    if data.get("error"):
-        raise JobError(f"iperf3: {data['error']}")
-    end = data.get("end", {})
-    bits = (end.get("sum_received") or end.get("sum") or {}).get("bits_per_second")
-    if not bits:
-        raise JobError("iperf3 reported no throughput")
-    return float(bits) / 8 / 1e9
-
-
-IPERF_DRIVER = "iperf_driver.py"  # runs on the head: iperf3 server on B, client on A
-
-
 def ports_limit(
     cluster: Cluster, plan_transport: Transport | None, engine: str
 ) -> tuple[float, str] | None:
@@ -253,41 +246,10 @@ def measure_link(cluster: Cluster, head: remote.HeadSSH) -> tuple[float, tuple[s
     if len(cluster.nodes) < 2:
         raise UsageError("bench needs at least two nodes")
     a, b = cluster.nodes[0], cluster.nodes[1]
-    (result,) = measure_links(head, [(a.address, b.address)], timeout=150)
+    (result,) = iperf.measure_links(head, [(a.address, b.address)], timeout=150)
     if isinstance(result, str):
         raise JobError(f"iperf3 from {a.name} to {b.name} {result}")
     return result, (a.name, b.name)
-
-
-def measure_links(
-    head: remote.HeadSSH,
-    pairs: Sequence[tuple[str, str]],
-    *,
-    port: int = IPERF_PORT,
-    timeout: float = 150,
-) -> list[float | str]:
-    """iperf3 A -> B for every pair at once (disjoint pairs: one round), from the head: each
-    pair's receiver throughput in GB/s, or why it has none ("did not run: ...", "failed: ...").
-    A JobError when the head does not answer."""
-    args = [str(port), str(IPERF_SECONDS), *(h for pair in pairs for h in pair)]
-    proc = head.run_watched(programs.source(IPERF_DRIVER), args, timeout=timeout)
-    by_pair = {(str(r.get("a")), str(r.get("b"))): r for r in remote.json_lines(proc.stdout)}
-    out: list[float | str] = []
-    for pair in pairs:
-        rec = by_pair.get(pair)
-        if rec is None:
-            out.append(f"did not run: {remote.last_line(proc.stderr) or f'exit {proc.returncode}'}")
-            continue
-        try:
-            out.append(parse_iperf(rec["stdout"]))
-        except JobError as exc:  # iperf3's own error, from its JSON
-            out.append(f"failed: {exc}")
-        except (ValueError, KeyError):
-            out.append(
-                f"failed: {str(rec.get('stderr', '')).strip()[-200:]} "
-                "(is iperf3 installed? `mpictl provision`, mpi_jobs role)"
-            )
-    return out
 
 
 def run_bench(

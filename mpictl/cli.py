@@ -426,7 +426,7 @@ def status(inventory: InventoryOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
-        ui.console.print(ui.status_table(report))
+        ui.console.print(ui.status_table(report, status_mod.table_rows(report)))
         for note in report.notes:
             typer.echo(f"note: {note}", err=True)
     if report.problems:
@@ -476,7 +476,7 @@ def bench(
     if as_json:
         _echo_report(report.to_json(), plot, report.results_path)
         return
-    ui.console.print(ui.bench_table(report))
+    ui.console.print(ui.bench_table(report, bench_mod.table_rows(report)))
     typer.echo(f"measured: {bench_mod.ENGINE_TEXT.get(report.engine, report.engine)}")
     if report.transport:
         typer.echo(f"transport: {report.transport}")
@@ -541,7 +541,7 @@ def fabric(
     if as_json:
         _echo_report(report.to_json(), plot, report.results_path)
     else:
-        ui.console.print(ui.fabric_table(report))
+        ui.console.print(ui.fabric_table(report, fabric_mod.table_rows(report)))
         for line in fabric_mod.summary(report):
             typer.echo(line)
         if report.transport:

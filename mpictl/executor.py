@@ -30,11 +30,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpictl import jobs, programs, remote
 from mpictl.errors import JobError, UsageError
-from mpictl.planner import LaunchPlan
+
+if TYPE_CHECKING:  # the plan is read, never built here: no import of planner at run time
+    from mpictl.planner import LaunchPlan
 
 OutputHandler = Callable[[str, str], None]  # (stream "stdout"|"stderr", line with newline)
 

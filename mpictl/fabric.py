@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import bench, fabric_nccl, fabric_rules, inputs, network, planner, ranks, remote, submit
+from mpictl import fabric_nccl, fabric_rules, inputs, iperf, network, planner, ranks, remote, submit
 from mpictl import settings as cluster_settings
 from mpictl.errors import Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
@@ -266,7 +266,7 @@ def _measure_tcp(
         ends = [(nodes[i], nodes[j]) for i, j in round_pairs]
         addresses = [(a.address, b.address) for a, b in ends]
         try:
-            results = bench.measure_links(head, addresses, port=bench.IPERF_PORT + number % 100)
+            results = iperf.measure_links(head, addresses, port=iperf.IPERF_PORT + number % 100)
         except JobError as exc:
             results = [f"did not run: {exc}"] * len(ends)
         for (a, b), result in zip(ends, results, strict=True):

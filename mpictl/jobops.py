@@ -13,7 +13,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from mpictl import detached, jobs, ranks, remote, slurm
@@ -33,25 +32,12 @@ def _hosts(record: jobs.JobRecord) -> list[str]:
     return [str(h["host"]) for h in record.hosts]
 
 
-def write_rank_files(record: jobs.JobRecord) -> None:
-    """Per-rank files of a finished job into its ``--output-dir`` (when it asked for one)."""
-    directory = record.extra.get("output_dir")
-    if directory and record.status != jobs.RUNNING and record.output_path.exists():
-        try:
-            ranks.write_dir(_output(record), Path(directory), record.ranks, _launcher(record))
-        except OSError as exc:  # checked writable at submit; the job's result still stands
-            current = jobs.load(record.id)
-            current.extra["output_dir_error"] = f"{directory}: {exc.strerror}"
-            jobs.save(current)
-
-
 def _launcher(record: jobs.JobRecord) -> str:
-    return "slurm" if slurm.is_slurm(record) else "mpirun"
+    return jobs.launcher_of(record)
 
 
 def _output(record: jobs.JobRecord) -> str:
-    """The record's output as written: no newline translation (carriage returns stay)."""
-    return jobs.output_bytes(record).decode("utf-8", errors="replace")
+    return jobs.output_text(record)
 
 
 def refresh(records: list[jobs.JobRecord]) -> tuple[list[jobs.JobRecord], list[str]]:
@@ -86,7 +72,7 @@ def _settle_group(head: remote.HeadSSH, group: list[jobs.JobRecord]) -> dict[str
     for job_id, sstate in slurm.states(head, in_slurm).items():
         settled[job_id] = slurm.settle(jobs.load(job_id), sstate)
     for record in settled.values():
-        write_rank_files(record)
+        ranks.write_rank_files(record)
     return settled
 
 
@@ -113,7 +99,7 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
             current = jobs.load(record.id)  # settled meanwhile, here or by another mpictl
             current.extra["detached"]["fetched"] = True
             jobs.save(current)
-            write_rank_files(current)
+            ranks.write_rank_files(current)
     if slurm.is_slurm(record) and not record.extra["slurm"].get("fetched"):
         state = _fetch_slurm(record, follow=follow, out=stream)
     busy = _remote(record) and state is None  # another mpictl is fetching it
@@ -144,7 +130,7 @@ def _fetch_slurm(record: jobs.JobRecord, *, follow: bool, out: Printer | None) -
         current = jobs.load(record.id)
         current.extra["slurm"]["fetched"] = True
         jobs.save(current)
-        write_rank_files(current)
+        ranks.write_rank_files(current)
     return state
 
 
@@ -175,7 +161,7 @@ def cancel(job_id: str) -> dict[str, Any]:
     if slurm.is_slurm(record) and "id" in record.extra["slurm"]:
         state = slurm.cancel(_head(record), record)
         record = jobs.load(record.id)
-        write_rank_files(record)
+        ranks.write_rank_files(record)
         return {
             "job": record.id,
             "status": record.status,
@@ -184,7 +170,7 @@ def cancel(job_id: str) -> dict[str, Any]:
     if detached.is_detached(record):
         report = detached.cancel(_head(record), record, _hosts(record))
         record = jobs.load(record.id)  # settled by the cancel (or by the job's own end)
-        write_rank_files(record)
+        ranks.write_rank_files(record)
         return {"job": record.id, "status": record.status, "cleanup": _summary(report)}
     return _cancel_attached(record)
 

@@ -3,7 +3,7 @@
 Each job directory holds ``job.json`` (command, launcher command line, inventory, hosts, ranks,
 start, end, exit code, status, and the controller process that supervises it) and ``output.log``
 (everything the job printed, stdout and stderr in the order they arrived). This module takes
-plain values: it knows nothing about launchers or plans.
+plain values: it knows nothing about launchers or plans (but the name of the one a record keeps).
 
 A record still ``running`` whose controller process is gone (killed with SIGKILL, a crashed
 controller) is reported as ``unknown``: an attached job ends with its controller's SSH channel,
@@ -408,3 +408,13 @@ def output(job_id: str) -> str:
 def writable(record: JobRecord) -> None:
     """UsageError (:func:`paths.unusable`) unless this process can write the job's record."""
     paths.ensure_dir(record.directory, WHAT)
+
+
+def launcher_of(record: JobRecord) -> str:
+    """The launcher that ran the record's job: ``slurm`` where the record keeps a Slurm job."""
+    return "slurm" if "slurm" in record.extra else "mpirun"
+
+
+def output_text(record: JobRecord) -> str:
+    """The record's output as written: no newline translation (carriage returns stay)."""
+    return output_bytes(record).decode("utf-8", errors="replace")

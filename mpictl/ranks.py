@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from mpictl import jobs
 from mpictl.errors import UsageError
 
 _TAG = re.compile(r"^\[(\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>: ?")
@@ -77,3 +78,17 @@ def write_dir(text: str, directory: Path, ranks: int, launcher: str = "mpirun") 
             path.write_text("".join(by_rank.get(rank, {}).get(stream, [])))
             written.append(path)
     return written
+
+
+def write_rank_files(record: jobs.JobRecord) -> None:
+    """Per-rank files of a finished job into its ``--output-dir`` (when it asked for one)."""
+    directory = record.extra.get("output_dir")
+    if directory and record.status != jobs.RUNNING and record.output_path.exists():
+        try:
+            write_dir(
+                jobs.output_text(record), Path(directory), record.ranks, jobs.launcher_of(record)
+            )
+        except OSError as exc:  # checked writable at submit; the job's result still stands
+            current = jobs.load(record.id)
+            current.extra["output_dir_error"] = f"{directory}: {exc.strerror}"
+            jobs.save(current)

@@ -18,7 +18,6 @@ from mpictl import paths, role_vars
 from mpictl.errors import InventoryError
 from mpictl.inputs import quoted, shown
 from mpictl.inventory import Cluster
-from mpictl.transport import VAR as TRANSPORT_VAR
 
 #: The frameworks Horovod can be built for (horovod_frameworks), in the order smoke runs them.
 HOROVOD_FRAMEWORKS = ("pytorch", "tensorflow")
@@ -139,6 +138,6 @@ def for_cluster(cluster: Cluster) -> ClusterSettings:
         **values,
         horovod_python=value_of("horovod_python", ""),
         horovod_frameworks=tuple(dict.fromkeys(frameworks)),
-        transport=value_of(TRANSPORT_VAR, "auto").lower(),
+        transport=value_of("mpi_transport", "auto").lower(),
         shared_dir=shared.rstrip("/"),
     )

@@ -90,7 +90,7 @@ def _spec(record: jobs.JobRecord) -> str:
 
 
 def is_slurm(record: jobs.JobRecord) -> bool:
-    return "slurm" in record.extra
+    return jobs.launcher_of(record) == "slurm"
 
 
 def check(head: remote.HeadSSH) -> None:

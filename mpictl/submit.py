@@ -21,11 +21,11 @@ from typing import Any, Protocol
 from mpictl import (
     detached,
     inputs,
-    jobops,
     jobs,
     network,
     paths,
     planner,
+    ranks,
     remote,
     slurm,
     transfer,
@@ -253,7 +253,7 @@ def submit(
     if on_plan is not None:
         on_plan(plan, record)
     result = via.execute(cluster, plan, record, on_output=on_output, timeout=options.timeout)
-    jobops.write_rank_files(record)
+    ranks.write_rank_files(record)
     return result, record
 
 

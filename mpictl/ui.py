@@ -262,9 +262,9 @@ def doctor_table(report: DoctorReport) -> Table:
     )
 
 
-def status_table(report: StatusReport) -> Table:
-    """``mpictl status``: one row per node, read from Prometheus (net in MB/s)."""
-    from mpictl.status import table_rows
+def status_table(report: StatusReport, rows: Sequence[Sequence[str]]) -> Table:
+    """``mpictl status``: one row per node (``status.table_rows``), read from Prometheus (net in
+    MB/s)."""
 
     return _table(
         (
@@ -278,27 +278,25 @@ def status_table(report: StatusReport) -> Table:
             "GPUs",
             "slurm",
         ),
-        table_rows(report),
+        rows,
         right=("load/cpus", "disk /", "rx MB/s", "tx MB/s"),
         title=f"Prometheus {report.prometheus or '?'} on {report.server or '?'}",
     )
 
 
-def bench_table(report: BenchReport) -> Table:
-    from mpictl.bench import table_rows
-
+def bench_table(report: BenchReport, rows: Sequence[Sequence[str]]) -> Table:
+    """``mpictl bench``: one row per message size (``bench.table_rows``)."""
     table = Table(title=f"allreduce, {report.points[0].ranks} ranks on {', '.join(report.hosts)}")
     for column in ("size", "latency (us)", "algbw (GB/s)", "busbw (GB/s)"):
         table.add_column(column, justify="right")
-    for row in table_rows(report):
+    for row in rows:
         table.add_row(*row)
     return table
 
 
-def fabric_table(report: FabricReport) -> Table:
-    """Every pair of ``mpictl fabric``: MPI both ways, latency, iperf3, NCCL on GPU nodes,
-    expectation, verdict."""
-    from mpictl.fabric import table_rows
+def fabric_table(report: FabricReport, pair_rows: Sequence[tuple[str, ...]]) -> Table:
+    """Every pair of ``mpictl fabric`` (``fabric.table_rows``): MPI both ways, latency, iperf3,
+    NCCL on GPU nodes, expectation, verdict."""
 
     numbers = (
         "a->b (GB/s)",
@@ -310,7 +308,7 @@ def fabric_table(report: FabricReport) -> Table:
         "ratio",
     )
     title = f"point-to-point, {len(report.nodes)} nodes, {report.rounds} rounds"
-    columns, rows = ("pair", *numbers, "verdict"), table_rows(report)
+    columns, rows = ("pair", *numbers, "verdict"), list(pair_rows)
     if not any(p.nccl for p in report.pairs):  # no GPU pair: no NCCL column
         drop = columns.index("NCCL (GB/s)")
         columns = columns[:drop] + columns[drop + 1 :]

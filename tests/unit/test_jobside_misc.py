@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import bench, doctor, hostfile, jobs, planner, smoke, submit
+from mpictl import bench, doctor, hostfile, iperf, jobs, planner, smoke, submit
 from mpictl.errors import UsageError
 from mpictl.remote import NodeOutput, json_lines
 from tests.unit.jobside import three
@@ -185,7 +185,7 @@ def test_bench_points_report_and_ratio() -> None:
 
 def test_parse_iperf() -> None:
     text = json.dumps({"end": {"sum_received": {"bits_per_second": 8e9}}})
-    assert bench.parse_iperf(text) == pytest.approx(1.0)
+    assert iperf.parse_iperf(text) == pytest.approx(1.0)
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
