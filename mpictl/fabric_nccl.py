@@ -10,7 +10,7 @@ the same ports, in the rounds of disjoint pairs of the MPI measurement.
   ``NCCL_IB_HCA==<port>`` to hold NCCL to one port (``=``: that name exactly). Pairs whose ends
   share rails by name (``rdma.rails``: front-end NICs left out) are measured once per port
   (rail k of one node faces rail k of the others); other GPU pairs once, over what NCCL picks.
-- **The head runs them** (``scripts/fabric_nccl.py``): the measurements of a step at the same
+- **The head runs them** (``scripts/fabric_nccl_driver.py``): the measurements of a step at the same
   time, the steps one after the other; a step is one round and one port index.
 - **A figure** is the out-of-place bus bandwidth of the largest size, which for a send/receive
   is what each direction carried; a measurement that failed, printed no table, or received a
@@ -32,7 +32,7 @@ from mpictl.inventory import Cluster, Node
 from mpictl.network import Network
 
 PROBE = "fabric_node.sh"
-DRIVER = "fabric_nccl.py"
+DRIVER = "fabric_nccl_driver.py"
 DEFAULT_BYTES = 256 * 1024 * 1024  # per message: large enough for a 400 Gb/s port's plateau
 RUN_TIMEOUT = 180.0  # one mpirun of two ranks: NCCL's start, a warm-up and 20 iterations
 NCCL = "NCCL"

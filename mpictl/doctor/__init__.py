@@ -24,9 +24,8 @@ from typing import Any
 from mpictl import network, programs, remote, transport
 from mpictl import settings as cluster_settings
 from mpictl.doctor import health as health_checks
-from mpictl.doctor import rdma as rdma_checks
+from mpictl.doctor import rdma_checks, slurm_checks
 from mpictl.doctor import shared as shared_checks
-from mpictl.doctor import slurm as slurm_checks
 from mpictl.doctor.nodes import build_checks, env_checks, key_checks, ssh_checks
 from mpictl.doctor.report import PROVISION, Check, DoctorReport
 from mpictl.doctor.topology import network_checks, slot_checks

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mpictl import transport
-from mpictl.doctor import rdma as rdma_checks
+from mpictl.doctor import rdma_checks
 from tests.unit.jobside import cluster, node
 
 TCP = transport.Transport("ob1", "auto: no node has an active RDMA port")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mpictl.doctor import slurm
+from mpictl.doctor import slurm_checks as slurm
 from tests.unit.jobside import three
 
 PROVISION = "run `mpictl provision -i inv`"

@@ -37,7 +37,7 @@ NODE_PROGRAMS = [
     "mesh_spread.py",
     "fabric_p2p.py",
     "fabric_node.sh",
-    "fabric_nccl.py",
+    "fabric_nccl_driver.py",
 ]
 
 

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+SSH_MESH_PROBE = "roles/ssh_mesh/files/ssh_mesh_node_state.py"
+HOROVOD_PROBE = "roles/horovod/files/horovod_node_state.py"
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -46,7 +49,7 @@ def test_ssh_mesh_probe_describes_files_by_mode_owner_and_checksum(tmp_path: Pat
     (ssh_dir / "authorized_keys").write_text(authorized)
     known = tmp_path / "known_hosts"
     known.write_text("node1 ssh-ed25519 AAAA\n")
-    out = probe("roles/ssh_mesh/files/ssh_mesh_node_state.py", ssh_mesh_args(tmp_path, known, me.pw_name))
+    out = probe(SSH_MESH_PROBE, ssh_mesh_args(tmp_path, known, me.pw_name))
     assert out["ssh_dir"] == {"mode": "0700", "uid": os.getuid(), "gid": os.getgid()}
     assert out["private_key"] == {
         "mode": "0600",
@@ -74,7 +77,7 @@ def test_ssh_mesh_probe_reads_the_public_half_of_the_nodes_own_key(tmp_path: Pat
         check=True,
     )
     made = (ssh_dir / "id_ed25519.pub").read_text().split()
-    out = probe("roles/ssh_mesh/files/ssh_mesh_node_state.py", ssh_mesh_args(tmp_path, tmp_path / "none"))
+    out = probe(SSH_MESH_PROBE, ssh_mesh_args(tmp_path, tmp_path / "none"))
     assert out["account"] is None
     assert out["node_key"] == " ".join(made[:2])  # type and key, no comment
     assert out["public_key_matches"] is True
@@ -84,7 +87,7 @@ def test_ssh_mesh_probe_reads_the_public_half_of_the_nodes_own_key(tmp_path: Pat
     other = tmp_path / "other"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     (ssh_dir / "id_ed25519.pub").write_text((tmp_path / "other.pub").read_text())
-    out = probe("roles/ssh_mesh/files/ssh_mesh_node_state.py", ssh_mesh_args(tmp_path, tmp_path / "none"))
+    out = probe(SSH_MESH_PROBE, ssh_mesh_args(tmp_path, tmp_path / "none"))
     assert out["node_key"] == " ".join(made[:2]) and out["public_key_matches"] is False
 
 
@@ -101,7 +104,7 @@ def test_horovod_probe_reads_venv_record_dists_and_markers(tmp_path: Path) -> No
     mpi.mkdir()
     (mpi / ".mpictl-fingerprint").write_text("f00d\n")
     out = probe(
-        "roles/horovod/files/horovod_node_state.py",
+        HOROVOD_PROBE,
         {
             "venv": str(venv),
             "stamp": str(stamp),
@@ -122,7 +125,7 @@ def test_horovod_probe_treats_a_broken_record_as_none(tmp_path: Path) -> None:
     stamp = tmp_path / "record.json"
     stamp.write_text("{not json")
     out = probe(
-        "roles/horovod/files/horovod_node_state.py",
+        HOROVOD_PROBE,
         {
             "venv": str(tmp_path / "venv"),
             "stamp": str(stamp),

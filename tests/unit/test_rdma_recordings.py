@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mpictl import fabric_nccl, fabric_rules, programs, rdma, transport
-from mpictl.doctor import rdma as doctor_rdma
+from mpictl.doctor import rdma_checks as doctor_rdma
 from mpictl.network import Network
 from tests.unit import recordings
 from tests.unit.jobside import cluster, facts, node
