@@ -1,12 +1,13 @@
 """Benchmark: moving a running Slurm cluster to another build with `mpictl provision` (issue 38).
 
-python bench/slurm_upgrade.py -i INVENTORY -e @VARS [--flag --disable-debug]
+python bench/slurm_upgrade.py -i INVENTORY -e @VARS [--flag=--disable-debug] [--job-seconds 300]
 
 On a cluster provisioned with Slurm (``slurm_enabled``) from VARS (the sources file the tests and
 the demo use, ``<cache>/sources/test-sources.yml``): submits a detached Slurm job that runs for
-two minutes on every node, then provisions the slurm component again with one more configure
-flag (a second build of the same vendored source: the only other build to be had where Slurm
-26.05.5's source cannot be fetched), and reports
+five minutes on every node (``--job-seconds``: it must outlive the provision), then provisions
+the slurm component again with one more configure flag (a second build of the same vendored
+source: the only other build to be had where Slurm 26.05.5's source cannot be fetched), and
+reports
 
 - whether slurmctld (on the controller) restarted before every slurmd (SchedMD's order for an
   upgrade), from systemd's ActiveEnterTimestampMonotonic on each node;
@@ -49,12 +50,14 @@ def main() -> None:
     parser.add_argument("-i", "--inventory", required=True)
     parser.add_argument("-e", "--extra-vars", required=True, help="@VARS of the first provision")
     parser.add_argument("--flag", default="--disable-debug")
+    parser.add_argument("--job-seconds", type=int, default=300,
+                        help="how long the job runs: longer than the provision")  # fmt: skip
     args = parser.parse_args()
     cluster = load_inventory(args.inventory)
     head = cluster.head
     before = {n.name: started(n, "slurmd") for n in cluster.nodes}
     job = mpictl("run", "-i", args.inventory, "--launcher", "slurm", "--detach", "--ppn", "1",
-                 "--", "sh", "-c", "sleep 120; hostname")  # fmt: skip
+                 "--", "sh", "-c", f"sleep {args.job_seconds}; hostname")  # fmt: skip
     if job.returncode != 0:
         sys.exit(f"could not submit the job: {job.stderr}")
     job_id = job.stdout.strip().split()[-1]

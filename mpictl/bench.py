@@ -12,7 +12,7 @@
 - The plot (PNG) is drawn on the controller with matplotlib.
 
 Size: both engines' sweeps, the link limit, the report with its table, plot and JSON belong to
-one command; the iperf3 driver's client side (``measure_links``) is shared with fabric.
+one command (the iperf3 driver's client side, ``iperf.measure_links``, is shared with fabric).
 """
 
 from __future__ import annotations

@@ -154,7 +154,12 @@ def spread(
     for rec in data["transfers"]:
         outcome[rec["to"]] = rec
         records.append(
-            {"from": rec["from"], "to": rec["to"], "stats": asdict(parse_stats(rec["stdout"]))}
+            {
+                "from": rec["from"],
+                "to": rec["to"],
+                "rc": rec["rc"],
+                "stats": asdict(parse_stats(rec["stdout"])),
+            }  # fmt: skip
         )
     failed = [
         f"{rec['to']} (from {rec['from']}: {_rsync_reason(rec['stderr'])})"

@@ -139,8 +139,9 @@ def main(argv: list[str]) -> int:
     if spec.get("kind") not in ("file", "tree"):
         print(f"mesh_spread: kind must be file or tree, got {spec.get('kind')!r}", file=sys.stderr)
         return 2
-    os.chdir(os.path.expanduser("~"))  # a tree's "dir" is relative to the home
-    print(json.dumps({"home": os.getcwd(), "transfers": spread(spec)}))
+    if spec["kind"] == "tree":
+        os.chdir(os.path.expanduser("~"))  # a tree's "dir" is relative to the home
+    print(json.dumps({"home": os.path.expanduser("~"), "transfers": spread(spec)}))
     return 0
 
 

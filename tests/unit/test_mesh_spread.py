@@ -51,7 +51,7 @@ def fanout(nodes: Path, hosts: list[str], digest: str | None = None) -> list[dic
         capture_output=True,
         text=True,
         env={**os.environ, "HOME": str(nodes / "seed")},
-        cwd="/",
+        cwd=nodes / "seed",  # the role passes absolute paths; here they are relative to the seed
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
