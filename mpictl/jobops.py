@@ -32,14 +32,6 @@ def _hosts(record: jobs.JobRecord) -> list[str]:
     return [str(h["host"]) for h in record.hosts]
 
 
-def _launcher(record: jobs.JobRecord) -> str:
-    return jobs.launcher_of(record)
-
-
-def _output(record: jobs.JobRecord) -> str:
-    return jobs.output_text(record)
-
-
 def refresh(records: list[jobs.JobRecord]) -> tuple[list[jobs.JobRecord], list[str]]:
     """``records`` with every running detached or Slurm job settled from its head's state;
     notes for heads that could not be asked (their jobs stay as recorded)."""
@@ -80,7 +72,7 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
     """Print a job's output (``rank``: that rank's only); with ``follow``, until the job ends.
     The job's exit code when it has ended, else None."""
     record = jobs.load(job_id)
-    launcher = _launcher(record)
+    launcher = jobs.launcher_of(record)
     if rank is not None:
         ranks.of_rank("", rank, record.ranks)  # a rank the job did not have: refused up front
     if _unfetched(record):
@@ -106,7 +98,8 @@ def logs(job_id: str, *, follow: bool = False, rank: int | None = None, out: Pri
     if follow and record.status == jobs.RUNNING and (busy or not _remote(record)):
         _follow_local(record, printed, stream)  # what the process that holds the job appends
     if rank is not None:
-        out(ranks.of_rank(_output(jobs.load(record.id)), rank, record.ranks, launcher=launcher))
+        text = jobs.output_text(jobs.load(record.id))
+        out(ranks.of_rank(text, rank, record.ranks, launcher=launcher))
     record = jobs.load(record.id)
     if record.status == jobs.RUNNING:
         return None

@@ -159,7 +159,7 @@ def spread(
                 "to": rec["to"],
                 "rc": rec["rc"],
                 "stats": asdict(parse_stats(rec["stdout"])),
-            }  # fmt: skip
+            }
         )
     failed = [
         f"{rec['to']} (from {rec['from']}: {_rsync_reason(rec['stderr'])})"

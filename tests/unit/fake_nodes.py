@@ -6,14 +6,17 @@ one named in ``$FAIL_FROM`` reaches no other host with its own ssh."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mpictl import remote
+from mpictl import programs, remote
 from mpictl.inventory import Node
 
 FAKE_SSH = r"""#!/bin/sh
@@ -84,3 +87,19 @@ def snapshot(directory: Path) -> dict[str, tuple[Any, ...]]:
             else:
                 out[rel] = ("F", oct(path.stat().st_mode & 0o7777), path.read_bytes())
     return out
+
+
+def run_program(name: str, spec: dict[str, Any], home: Path, cwd: Path | str = "/") -> Any:
+    """The node program ``name`` as the roles and the job side run it, ``python3 - SPEC`` with
+    its source on stdin, in the node ``home`` (``$HOME``); its JSON output, after exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-", json.dumps(spec)],
+        input=programs.source(name),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(home)},
+        cwd=cwd,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

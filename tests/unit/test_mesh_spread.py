@@ -6,16 +6,11 @@ reached is named while the others still get it."""
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mpictl import programs
 from tests.unit import fake_nodes
 
 TARGETS = ["n1", "n2", "n3", "n4", "n5"]
@@ -45,17 +40,10 @@ def fanout(nodes: Path, hosts: list[str], digest: str | None = None) -> list[dic
         "connect_timeout": 5,
         "timeout": 60,
     }
-    proc = subprocess.run(
-        [sys.executable, "-", json.dumps(spec)],
-        input=programs.source("mesh_spread.py"),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HOME": str(nodes / "seed")},
-        cwd=nodes / "seed",  # the role passes absolute paths; here they are relative to the seed
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    transfers: list[dict[str, Any]] = json.loads(proc.stdout)["transfers"]
+    # the role passes absolute paths; here they are relative to the seed
+    transfers: list[dict[str, Any]] = fake_nodes.run_program(
+        "mesh_spread.py", spec, nodes / "seed", cwd=nodes / "seed"
+    )["transfers"]
     return transfers
 
 

@@ -6,11 +6,8 @@ node that failed must not send, and an unchanged tree must move nothing."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -150,17 +147,7 @@ def test_the_fanout_program_is_package_data() -> None:
 def run_fanout(nodes: Path, rel: str, hosts: list[str]) -> dict[str, Any]:
     """scripts/mesh_spread.py as transfer.spread runs it: ``python3 - SPEC`` on the head."""
     spec = transfer.fanout_spec(rel, hosts, timeout=60)
-    proc = subprocess.run(
-        [sys.executable, "-", json.dumps(spec)],
-        input=programs.source("mesh_spread.py"),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HOME": str(nodes / "head")},
-        cwd="/",
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    data: dict[str, Any] = json.loads(proc.stdout)
+    data: dict[str, Any] = fake_nodes.run_program("mesh_spread.py", spec, nodes / "head")
     return data
 
 
