@@ -4,13 +4,13 @@
 # Provisions the machine it runs on as a one-node cluster against itself (Ansible's local
 # connection; no network needed), from what is carried in, in two phases so that the figures
 # that matter most come first when device time is short:
-#   A. UCX and UCC built with CUDA, OpenMPI CUDA-aware on them, mpi4py, the job tools; then
+#   A. UCX and UCC built with CUDA, OpenMPI CUDA-aware on them, the job tools; then
 #      MPI on device buffers (bench/device_buffers.c, 2 ranks on the GPU through `mpictl run`):
 #      mpictl's own choice, pml ucx, and the pml ob1 baseline without UCC, side by side;
 #      ompi_info, ucx_info, doctor, and a torch.distributed NCCL allreduce under
 #      `mpictl run --torch` (torch's NCCL) with its timing (algbw, busbw = algbw*2(n-1)/n, 0 with
 #      one rank) and the device memory bandwidth (device-to-device copy);
-#   B. NCCL for the architecture nvidia-smi detects (nccl_cuda_archs empty; GPU_NODE_NCCL_FUNCS
+#   B. mpi4py; NCCL for the architecture nvidia-smi detects (nccl_cuda_archs empty; GPU_NODE_NCCL_FUNCS
 #      limits the kernels, e.g. "AllReduce Sum f32 * *|AllGather * *|Broadcast * *|SendRecv"),
 #      nccl-tests when its source is carried, Horovod with NCCL operations built into the
 #      existing PyTorch environment (horovod_python: the python3 that has torch), then
@@ -220,8 +220,17 @@ tools() {
 }
 step tools tools
 
-# mpictl itself, offline, in its own venv.
-step mpictl-venv sh -c "python3 -m venv '$OUT/venv' && '$OUT/venv/bin/pip' install --quiet --no-index --find-links '$CARRY/wheels' mpictl" ||
+# mpictl itself, offline, in its own venv. The venv also sees the machine Python's packages (a
+# .pth line after its own): the carry then holds only the wheels that Python lacks (a GPU image
+# has PyYAML, Jinja2, typer and rich; it lacks Ansible), which keeps the carry small.
+mpictl_venv() {
+  local site
+  python3 -m venv "$OUT/venv" || return 1
+  site=$("$OUT/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
+    "$PYTHON" -c 'import site; print("\n".join(site.getsitepackages()))' >"$site/_machine_python.pth" &&
+    "$OUT/venv/bin/pip" install --quiet --no-index --find-links "$CARRY/wheels" mpictl
+}
+step mpictl-venv mpictl_venv ||
   die "cannot install mpictl from $CARRY/wheels (see $OUT/mpictl-venv.log)"
 MPICTL=$OUT/venv/bin/mpictl
 
@@ -298,6 +307,9 @@ horovod_source_local: "$horovod"
 horovod_source_sha256: "$(sha_of "$horovod")"
 openmpi_cuda: enabled
 openmpi_cuda_home: "$CUDA_HOME"
+# ROMIO is OpenMPI's second MPI-IO (its own configure and ~150 files); OMPIO, the default one,
+# stays: MPI-IO works without it
+openmpi_configure_extra_flags: ["--disable-io-romio"]
 nccl_cuda_home: "$CUDA_HOME"
 nccl_cuda_archs: []
 nccl_make_args: [$([ -n "${GPU_NODE_NCCL_FUNCS:-}" ] && printf '"ONLY_FUNCS=%s"' "$GPU_NODE_NCCL_FUNCS")]
@@ -420,9 +432,28 @@ EOF
 chmod -R a+rX "$OUT/work"
 
 # ---- phase A: UCX, UCC, OpenMPI; MPI on device buffers
+# NCCL needs no MPI: with both phases to run, phase B's NCCL compiles beside phase A (its own
+# `provision --tags nccl`, its own state dir, the same artifact cache) on the cores phase A's
+# configure steps leave idle (at the lowest priority: phase A's own make takes what it needs);
+# phase B's provision then installs it from the cache. mpi4py waits for phase B too (phase A's
+# proof is C and torch; --skip-tags mpi4py).
+# GPU_NODE_NCCL_BESIDE=0 keeps them one after the other.
+BESIDE=
+case $PHASES in
+  *B*)
+    if [ "${GPU_NODE_NCCL_BESIDE:-1}" = 1 ]; then
+      MPICTL_STATE_DIR=$OUT/state-nccl step provision-nccl-beside nice -n 19 "$MPICTL" provision \
+        "${INV[@]}" --tags nccl -e "@$OUT/vars.yml" -e "@$OUT/phase-b.yml" &
+      BESIDE=$!
+    fi
+    ;;
+esac
 # shellcheck disable=SC2086 # GPU_NODE_PROVISION_ARGS: more arguments, e.g. --tags ucx
-step provision-a "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-a.yml" ${GPU_NODE_PROVISION_ARGS:-}
+step provision-a "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-a.yml" \
+  --skip-tags mpi4py ${GPU_NODE_PROVISION_ARGS:-}
 build_times a
+# phase A's artifacts, exported as another machine imports them (phase B on a fresh machine)
+step cache-export-a "$MPICTL" cache export "$OUT/cache-a.tar.gz" -c ucx -c ucc -c openmpi
 # (each fails unless what it looks for is there: the cluster's own tools, from /etc/environment)
 # shellcheck disable=SC2016 # expanded by the inner bash
 step ompi-cuda bash -c '. /etc/environment; export PATH; command -v ompi_info; i=$(ompi_info --parsable --all) &&
@@ -447,6 +478,7 @@ results
 case $PHASES in *B*) ;; *) cat "$SUMMARY" "$OUT/results.txt"; exit 0 ;; esac
 
 # ---- phase B: NCCL, nccl-tests, Horovod
+if [ -n "$BESIDE" ]; then wait "$BESIDE"; fi
 step provision-b "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-b.yml"
 build_times b
 step horovod-build "$PYTHON" -m horovod.runner.launch --check-build

@@ -177,6 +177,31 @@ def test_device_buffer_runs_are_read_per_transport(tmp_path: Path) -> None:
     assert [line.split('"bytes": ')[1].split(",")[0] for line in text[1:]] == ["8", "268435456"]
 
 
+H200_PHASE_A = ROOT / "tests" / "data" / "recordings" / "h200-ubuntu2404" / "phase-a-20261128"
+
+
+def test_the_recorded_h200_device_runs_are_read_per_transport(tmp_path: Path) -> None:
+    # the real H200 run's logs (recorded, unchanged): OpenMPI's own pml staged device buffers
+    # through host memory, UCX's cuda_ipc did not
+    for log in H200_PHASE_A.glob("*.log"):
+        (tmp_path / log.name).write_bytes(log.read_bytes())
+    assert gpu_results.main([str(tmp_path)]) == 0
+    runs = gpu_results.collect(tmp_path)["device_buffers"]
+
+    def rate(run: str, op: str) -> float:
+        row = next(r for r in runs[run]["rows"] if r["op"] == op and r["bytes"] == 1 << 28)
+        assert row["ok"] is True
+        return row.get("bw_GBps", row.get("algbw_GBps"))
+
+    assert {run: runs[run]["ran"]["pml"] for run in runs} == {
+        "device-mpictl": "ob1", "device-ucx": "ucx", "device-ob1": "ob1"}  # fmt: skip
+    assert rate("device-ucx", "sendrecv") == 1907.347
+    assert rate("device-mpictl", "sendrecv") < 2 < 100 < rate("device-ucx", "sendrecv")
+    assert rate("device-ob1", "allreduce") < 1 < 20 < rate("device-mpictl", "allreduce")
+    lines = (tmp_path / "results.txt").read_text().splitlines()
+    assert lines == (H200_PHASE_A / "results.txt").read_text().splitlines()
+
+
 def test_a_run_without_nccl_tests_has_no_table(tmp_path: Path) -> None:
     assert gpu_results.main([str(tmp_path)]) == 0
     assert (tmp_path / "results.txt").read_text() == ""
