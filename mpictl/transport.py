@@ -3,7 +3,9 @@
 
 - ``mpi_transport`` (inventory, the head's value; default ``auto``): ``tcp``, ``ucx`` or
   ``auto``. ``auto`` is ``ucx`` where every node of the job has an active rail (the
-  ``mpi_rdma_ports`` fact, read from sysfs by every provision), else ``tcp``.
+  ``mpi_rdma_ports`` fact, read from sysfs by every provision), or where every node of the job
+  has GPUs and a UCX with its CUDA transports (the ``mpi_ucx_cuda`` fact): OpenMPI's own pml
+  moves device buffers through host memory; else ``tcp``.
 - UCX's devices (``UCX_NET_DEVICES``) follow the same rule as NCCL's HCAs (``NCCL_IB_HCA``): the
   rails every node of the job has under the same name, in the kernel's order (all of them);
   with no RDMA port, ``ucx`` runs over the interfaces of ``btl_tcp_if_include`` (the planner
@@ -58,6 +60,22 @@ COLL_UCC_WHY = (
 )
 #: The fact the ucc play caches per node: its UCC has the cuda transport.
 UCC_CUDA_FACT = "mpi_ucc_cuda"
+#: Why GPU jobs run on pml ucx without RDMA ports too (issue 37, on an H200 node: 256 MiB
+#: MPI_Sendrecv between two ranks on one GPU 1.95 GB/s with pml ob1, which stages device buffers
+#: through host memory; 1907 GB/s with pml ucx, whose cuda_ipc copies GPU to GPU).
+GPU_UCX_WHY = (
+    "every node of the job has GPUs and UCX's CUDA transports: device buffers move GPU to GPU, "
+    "not through host memory"
+)
+#: The fact the ucx play caches per node: its UCX has the CUDA transports (cuda_copy, cuda_ipc).
+UCX_CUDA_FACT = "mpi_ucx_cuda"
+
+
+def gpu_ucx(nodes: Sequence[Node]) -> bool:
+    """Every node of the job has GPUs and a UCX with its CUDA transports."""
+    return bool(nodes) and all(
+        (n.gpus or 0) > 0 and _true((n.facts or {}).get(UCX_CUDA_FACT)) for n in nodes
+    )
 
 
 def _true(value: object) -> bool:
@@ -124,6 +142,8 @@ def choose(
         return Transport("ob1", "auto: UCX is not built (ucx_enabled: false)", devices, hcas)
     if not without:
         return Transport("ucx", "auto: every node has an active RDMA port", devices, hcas)
+    if gpu_ucx(nodes):
+        return Transport("ucx", f"auto: {GPU_UCX_WHY}", devices, hcas)
     if len(without) == len(nodes):
         return Transport("ob1", "auto: no node has an active RDMA port", devices)
     return Transport("ob1", f"auto: {_listed(without)} without an active RDMA port", devices)

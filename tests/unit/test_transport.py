@@ -115,12 +115,50 @@ def test_slurm_exports_the_same_transport() -> None:
     assert p.transport is not None and p.transport.name == "ucx"
 
 
-def gpu_node(name: str, gpus: int, ucc_cuda: bool = True, **kw: Any):  # noqa: ANN201
-    """A node with ``gpus`` GPUs whose UCC has (or lacks) its cuda transport (the fact the ucc
-    play caches)."""
+def gpu_node(  # noqa: ANN201
+    name: str, gpus: int, ucc_cuda: bool = True, ucx_cuda: bool = False, **kw: Any
+):
+    """A node with ``gpus`` GPUs whose UCC has (or lacks) its cuda transport and whose UCX has
+    (or lacks) its CUDA transports (the facts the ucc and ucx plays cache)."""
     address = f"10.0.0.{name[1:]}"
-    cached = {**facts(address), "mpi_rdma_ports": [], "mpi_ucc_cuda": ucc_cuda}
+    cached = {**facts(address), "mpi_rdma_ports": [], "mpi_ucc_cuda": ucc_cuda,
+              "mpi_ucx_cuda": ucx_cuda}  # fmt: skip
     return node(name, 8, address=address, facts=cached, gpus=gpus, **kw)
+
+
+def test_gpu_jobs_run_on_pml_ucx_where_every_nodes_ucx_has_its_cuda_transports() -> None:
+    # (measured on an H200 node, issue 37: 256 MiB MPI_Sendrecv on device buffers 1.95 GB/s
+    # through pml ob1, 1907 GB/s through pml ucx's cuda_ipc)
+    gpus = plan(cluster(gpu_node("n1", 8, ucx_cuda=True), gpu_node("n2", 8, ucx_cuda=True)))
+    argv = gpus.argv
+    assert argv[argv.index("pml") + 1] == "ucx"
+    assert argv[argv.index("pml_ucx_tls") + 1] == "any"  # no RDMA port: UCX over TCP between nodes
+    assert "UCX_NET_DEVICES=eth0" in argv
+    assert gpus.transport is not None and gpus.transport.text == (
+        "ucx (pml ucx over eth0): auto: every node of the job has GPUs and UCX's CUDA transports: "
+        "device buffers move GPU to GPU, not through host memory; collectives: ucc (every node "
+        "of the job has GPUs and UCC's cuda transport: device buffers reduced on the GPUs)"
+    )
+    both = cluster(gpu_node("n1", 8, ucx_cuda=True), gpu_node("n2", 8, ucx_cuda=True))
+    script = slurm_plan.plan(both, LaunchOptions(command=["x"], ppn=1), "J2", ETH).script
+    assert "export OMPI_MCA_pml=ucx" in script  # the same rule under Slurm
+    one = plan(cluster(gpu_node("n1", 1, ucx_cuda=True)))  # one GPU node: the same
+    assert one.transport is not None and one.transport.pml == "ucx"
+    # a node without GPUs, or whose UCX lacks them (built without nvml.h), or the site's choice
+    for c, why in (
+        (cluster(gpu_node("n1", 8, ucx_cuda=True), gpu_node("n2", 0, ucx_cuda=True)), "auto:"),
+        (cluster(gpu_node("n1", 8, ucx_cuda=True), gpu_node("n2", 8)), "auto:"),
+        (cluster(gpu_node("n1", 8, ucx_cuda=True, vars={"mpi_transport": "tcp"}),
+                 gpu_node("n2", 8, ucx_cuda=True)), "mpi_transport: tcp"),
+        (cluster(gpu_node("n1", 8, ucx_cuda=True, vars={"ucx_enabled": "false"}),
+                 gpu_node("n2", 8, ucx_cuda=True)), "auto: UCX is not built"),
+    ):  # fmt: skip
+        t = plan(c).transport
+        assert t is not None and t.pml == "ob1" and t.reason.startswith(why), t
+    # a user's own --mca pml ob1 wins
+    ob1 = plan(cluster(gpu_node("n1", 8, ucx_cuda=True)), mca=["pml=ob1"])
+    assert ob1.transport is not None and ob1.transport.pml == "ob1"
+    assert ob1.argv.count("pml") == 1 and "pml_ucx_tls" not in ob1.argv
 
 
 def test_gpu_jobs_run_their_collectives_through_ucc_and_cpu_jobs_do_not() -> None:
