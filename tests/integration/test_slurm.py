@@ -355,7 +355,10 @@ def test_with_the_prolog_a_job_never_starts_on_a_failing_node(
     # issue 27: slurm_health_prolog; the periodic check hourly here, so only the prolog sees
     # the node break, and the test runs the periodic check itself after the repair
     node2 = cluster.nodes[1]
-    prolog = {**source_vars, "slurm_health_prolog": True, "slurm_health_check_interval": 3600}
+    # (cred_expire: how long Slurm holds a requeued job back, CredExpire + 1 s: 121 s by
+    # default, 11 s here; the run that turns the prolog on and off again sets and drops it too)
+    prolog = {**source_vars, "slurm_health_prolog": True, "slurm_health_check_interval": 3600,
+              "slurm_config_extra": {"AuthInfo": "cred_expire=10"}}  # fmt: skip
     on = provision_run(cluster.source, prolog, tags="health,slurm")
     assert on.ok, on.stats
     hostfile = "/etc/mpictl/hostfile"
@@ -377,12 +380,12 @@ def test_with_the_prolog_a_job_never_starts_on_a_failing_node(
         # repaired: the next health check (run here by hand) resumes the node, and the job runs
         assert ssh(node2, f"mv {hostfile}.away {hostfile}").returncode == 0
         assert ssh(node2, "/opt/mpictl/sbin/mpictl-health-slurm").returncode == 0
-        # Slurm holds a requeued job back for CredExpire + 1 s (121 s by default)
+        # Slurm holds a requeued job back for CredExpire + 1 s (11 s here)
         wait_for(
             "the job done",
             lambda: ssh(node2, f"test -e {marker}").returncode == 0,
-            timeout=240,
-            every=5,
+            timeout=120,
+            every=2,
         )
         assert node_line(cluster, node2.name).startswith(("idle", "mixed", "allocated")), node_line(
             cluster, node2.name
