@@ -20,7 +20,9 @@
 #      provisions (a fresh artifact cache: everything compiles).
 # Everything goes under OUT_DIR: summary.txt (one line per step: exit code, seconds), the logs
 # of each step, vars.yml/inventory, results.txt and results.json (rewritten after each phase).
-# GPU_NODE_PHASES=A stops after phase A.
+# GPU_NODE_PHASES=A stops after phase A; GPU_NODE_PHASES=B runs phase B alone, on a fresh machine
+# with phase A's artifacts imported (GPU_NODE_IMPORT, below). bench/gpu_window.sh runs this inside
+# a lent machine's short window.
 #
 # Usage (as root, from a clone of mpictl):
 #   bash bench/gpu_node.sh --bundle CARRY_DIR [PYVER...]   on a connected machine: fill CARRY_DIR
@@ -242,7 +244,7 @@ horovod=$(file_of 'horovod-*.tar.gz')
 nccl_tests=$(file_of 'nccl-tests-*.tar.gz')
 ucx=$(file_of 'ucx-*.tar.*')
 ucc=$(file_of 'ucc-*.tar.gz')
-for f in "$openmpi" "$nccl" "$mpi4py" "$horovod" "$ucx" "$ucc"; do
+for f in "$nccl" "$mpi4py" "$horovod"; do
   [ -n "$f" ] || die "a source tarball is missing from $CARRY/sources (run --bundle)"
 done
 case "$(version_of "$mpi4py" mpi4py-)" in
@@ -269,24 +271,68 @@ EOF
 # architecture the toolkit knows, minutes of nvcc).
 gencode=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | tr -d ' .' | sort -u |
   sed 's/.*/-gencode=arch=compute_&,code=sm_&/' | paste -sd' ')
-cat >"$OUT/vars.yml" <<EOF
-openmpi_version: "$(version_of "$openmpi" openmpi_)"
-openmpi_source_local: "$openmpi"
-openmpi_source_sha256: "$(sha_of "$openmpi")"
+# GPU_NODE_IMPORT: an archive of `mpictl cache export` from a machine of the same OS, compiler and
+# CUDA (phase A's, as gpu_window.sh brings it back: FILE or its parts FILE.part-aa, -ab, ...),
+# imported before any provision: what it holds installs without compiling and without its
+# source, so OpenMPI's, UCX's and UCC's sources may stay out of CARRY/sources (their versions and
+# sha256s, which the fingerprints hold, are read from the archive).
+IMPORT=
+if [ -n "${GPU_NODE_IMPORT:-}" ]; then
+  IMPORT=$GPU_NODE_IMPORT
+  if [ ! -f "$IMPORT" ] && compgen -G "$IMPORT.part-*" >/dev/null; then
+    cat "$IMPORT".part-* >"$OUT/import.tar.gz" && IMPORT=$OUT/import.tar.gz
+  fi
+  step cache-import "$MPICTL" cache import "$IMPORT" -i "$OUT/inventory" ||
+    die "mpictl cache import $GPU_NODE_IMPORT failed (see $OUT/cache-import.log)"
+fi
+
+# imported ROLE: "VERSION SHA256" of the source the imported artifact of ROLE was built from
+imported() {
+  [ -n "$IMPORT" ] || return 1
+  "$OUT/venv/bin/python" - "$IMPORT" "$1" <<'PY'
+import json
+import sys
+import tarfile
+
+with tarfile.open(sys.argv[1]) as archive:
+    manifest = json.load(archive.extractfile("mpictl-cache.json"))
+for artifact in manifest["artifacts"]:
+    if artifact["component"] == sys.argv[2]:
+        inputs = artifact["meta"]["inputs"]
+        print(inputs["version"], inputs["source_sha256"])
+        break
+else:
+    sys.exit(1)
+PY
+}
+
+# source_vars ROLE FILE PREFIX: ROLE's version, source and sha256 from the carried FILE, else
+# from its imported artifact
+source_vars() {
+  local role=$1 file=$2 prefix=$3 got
+  if [ -n "$file" ]; then
+    printf '%s_version: "%s"\n%s_source_local: "%s"\n%s_source_sha256: "%s"\n' \
+      "$role" "$(version_of "$file" "$prefix")" "$role" "$file" "$role" "$(sha_of "$file")"
+  elif got=$(imported "$role"); then
+    printf '%s_version: "%s"\n%s_source_sha256: "%s"\n' "$role" "${got% *}" "$role" "${got#* }"
+  else
+    die "no $prefix* source in $CARRY/sources and no $role artifact imported (run --bundle)"
+  fi
+}
+{
+  source_vars openmpi "$openmpi" openmpi_
+  source_vars ucx "$ucx" ucx-
+  source_vars ucc "$ucc" ucc-
+} >"$OUT/vars.yml"
+cat >>"$OUT/vars.yml" <<EOF
 mpi4py_version: "$(version_of "$mpi4py" mpi4py-)"
 mpi4py_source_local: "$mpi4py"
 mpi4py_source_sha256: "$(sha_of "$mpi4py")"
 ucx_enabled: "true"
-ucx_version: "$(version_of "$ucx" ucx-)"
-ucx_source_local: "$ucx"
-ucx_source_sha256: "$(sha_of "$ucx")"
 ucx_cuda: enabled
 ucx_cuda_home: "$CUDA_HOME"
 ucx_configure_extra_flags: ["--with-nvcc-gencode=$gencode"]
 ucc_enabled: "true"
-ucc_version: "$(version_of "$ucc" ucc-)"
-ucc_source_local: "$ucc"
-ucc_source_sha256: "$(sha_of "$ucc")"
 ucc_cuda: enabled
 ucc_cuda_home: "$CUDA_HOME"
 ucc_configure_extra_flags: ["--with-nvcc-gencode=$gencode"]
@@ -307,9 +353,6 @@ horovod_source_local: "$horovod"
 horovod_source_sha256: "$(sha_of "$horovod")"
 openmpi_cuda: enabled
 openmpi_cuda_home: "$CUDA_HOME"
-# ROMIO is OpenMPI's second MPI-IO (its own configure and ~150 files); OMPIO, the default one,
-# stays: MPI-IO works without it
-openmpi_configure_extra_flags: ["--disable-io-romio"]
 nccl_cuda_home: "$CUDA_HOME"
 nccl_cuda_archs: []
 nccl_make_args: [$([ -n "${GPU_NODE_NCCL_FUNCS:-}" ] && printf '"ONLY_FUNCS=%s"' "$GPU_NODE_NCCL_FUNCS")]
@@ -438,9 +481,10 @@ chmod -R a+rX "$OUT/work"
 # phase B's provision then installs it from the cache. mpi4py waits for phase B too (phase A's
 # proof is C and torch; --skip-tags mpi4py).
 # GPU_NODE_NCCL_BESIDE=0 keeps them one after the other.
+# GPU_NODE_PHASES=B: phase B alone (on a fresh machine, with phase A's artifacts imported).
 BESIDE=
 case $PHASES in
-  *B*)
+  *A*B*)
     if [ "${GPU_NODE_NCCL_BESIDE:-1}" = 1 ]; then
       MPICTL_STATE_DIR=$OUT/state-nccl step provision-nccl-beside nice -n 19 "$MPICTL" provision \
         "${INV[@]}" --tags nccl -e "@$OUT/vars.yml" -e "@$OUT/phase-b.yml" &
@@ -448,33 +492,36 @@ case $PHASES in
     fi
     ;;
 esac
-# shellcheck disable=SC2086 # GPU_NODE_PROVISION_ARGS: more arguments, e.g. --tags ucx
-step provision-a "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-a.yml" \
-  --skip-tags mpi4py ${GPU_NODE_PROVISION_ARGS:-}
-build_times a
-# phase A's artifacts, exported as another machine imports them (phase B on a fresh machine)
-step cache-export-a "$MPICTL" cache export "$OUT/cache-a.tar.gz" -c ucx -c ucc -c openmpi
-# (each fails unless what it looks for is there: the cluster's own tools, from /etc/environment)
-# shellcheck disable=SC2016 # expanded by the inner bash
-step ompi-cuda bash -c '. /etc/environment; export PATH; command -v ompi_info; i=$(ompi_info --parsable --all) &&
-  grep -E "mpi_built_with_cuda_support:value|mca:(coll|pml):(ucc|ucx):" <<<"$i" | grep -v ":param:" | sort -u | head -20;
-  grep -q "mpi_built_with_cuda_support:value:true" <<<"$i" && grep -q "^mca:coll:ucc:" <<<"$i"'
-# shellcheck disable=SC2016 # expanded by the inner bash
-step ucx-info bash -c '. /etc/environment; export PATH; ucx_info -v && d=$(ucx_info -d) &&
-  grep -E "Transport|Device" <<<"$d" && grep -q "Transport: cuda_ipc" <<<"$d"'
-# shellcheck disable=SC2016 # expanded by the inner bash
-step ucc-info bash -c '. /etc/environment; export PATH; ucc_info -v && c=$(ucc_info -c) &&
-  grep -m5 -iE "TL_CUDA|EC_CUDA|MC_CUDA" <<<"$c"'
+phase_a() {
+  # shellcheck disable=SC2086 # GPU_NODE_PROVISION_ARGS: more arguments, e.g. --tags ucx
+  step provision-a "$MPICTL" provision "${INV[@]}" -e "@$OUT/vars.yml" -e "@$OUT/phase-a.yml" \
+    --skip-tags mpi4py ${GPU_NODE_PROVISION_ARGS:-}
+  build_times a
+  # phase A's artifacts, exported as another machine imports them (phase B on a fresh machine)
+  step cache-export-a "$MPICTL" cache export "$OUT/cache-a.tar.gz" -c ucx -c ucc -c openmpi
+  # (each fails unless what it looks for is there: the cluster's own tools, from /etc/environment)
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  step ompi-cuda bash -c '. /etc/environment; export PATH; command -v ompi_info; i=$(ompi_info --parsable --all) &&
+    grep -E "mpi_built_with_cuda_support:value|mca:(coll|pml):(ucc|ucx):" <<<"$i" | grep -v ":param:" | sort -u | head -20;
+    grep -q "mpi_built_with_cuda_support:value:true" <<<"$i" && grep -q "^mca:coll:ucc:" <<<"$i"'
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  step ucx-info bash -c '. /etc/environment; export PATH; ucx_info -v && d=$(ucx_info -d) &&
+    grep -E "Transport|Device" <<<"$d" && grep -q "Transport: cuda_ipc" <<<"$d"'
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  step ucc-info bash -c '. /etc/environment; export PATH; ucc_info -v && c=$(ucc_info -c) &&
+    grep -m5 -iE "TL_CUDA|EC_CUDA|MC_CUDA" <<<"$c"'
 
-step doctor "$MPICTL" doctor "${INV[@]}" --json
-# built as a user builds a program: the cluster's mpicc (on the PATH of /etc/environment)
-step device-build sh -c ". /etc/environment; export PATH; cd '$OUT/work' && mpicc -O2 -o device_buffers device_buffers.c -I'$CUDA_HOME/include' -L'$CUDA_HOME/lib64' -lcudart -Wl,-rpath,'$CUDA_HOME/lib64' && chmod a+rx device_buffers"
-RUN2=(run "${INV[@]}" -np 2 --oversubscribe --timeout 300 --workdir "$OUT/work")
-step device-mpictl "$MPICTL" "${RUN2[@]}" -- ./device_buffers
-step device-ucx "$MPICTL" "${RUN2[@]}" --mca pml=ucx -- ./device_buffers
-step device-ob1 "$MPICTL" "${RUN2[@]}" --mca pml=ob1 --mca coll_ucc_enable=0 -- ./device_buffers
-step torch-nccl "$MPICTL" run "${INV[@]}" -np 1 --torch --workdir "$OUT/work" -- "$PYTHON" gpu_checks.py
-results
+  step doctor "$MPICTL" doctor "${INV[@]}" --json
+  # built as a user builds a program: the cluster's mpicc (on the PATH of /etc/environment)
+  step device-build sh -c ". /etc/environment; export PATH; cd '$OUT/work' && mpicc -O2 -o device_buffers device_buffers.c -I'$CUDA_HOME/include' -L'$CUDA_HOME/lib64' -lcudart -Wl,-rpath,'$CUDA_HOME/lib64' && chmod a+rx device_buffers"
+  RUN2=(run "${INV[@]}" -np 2 --oversubscribe --timeout 300 --workdir "$OUT/work")
+  step device-mpictl "$MPICTL" "${RUN2[@]}" -- ./device_buffers
+  step device-ucx "$MPICTL" "${RUN2[@]}" --mca pml=ucx -- ./device_buffers
+  step device-ob1 "$MPICTL" "${RUN2[@]}" --mca pml=ob1 --mca coll_ucc_enable=0 -- ./device_buffers
+  step torch-nccl "$MPICTL" run "${INV[@]}" -np 1 --torch --workdir "$OUT/work" -- "$PYTHON" gpu_checks.py
+  results
+}
+case $PHASES in *A*) phase_a ;; esac
 case $PHASES in *B*) ;; *) cat "$SUMMARY" "$OUT/results.txt"; exit 0 ;; esac
 
 # ---- phase B: NCCL, nccl-tests, Horovod
