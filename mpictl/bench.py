@@ -329,8 +329,8 @@ def run_bench(
     bad = [p.bytes for p in report.points if not p.ok]
     if bad:
         raise CheckFailed(f"allreduce returned wrong sums at sizes {bad} (job {job_id})")
-    plan_transport = planner.job_transport(
-        cluster, list(cluster.nodes), network.derive_network(cluster), settings
+    plan_transport = transport.for_job(
+        list(cluster.nodes), network.derive_network(cluster), settings
     )
     report.transport = str(record.extra.get("transport") or plan_transport.text)
     limit = ports_limit(cluster, plan_transport, report.engine)

@@ -7,7 +7,6 @@ job; :mod:`mpictl.submit` ties the two to a job record.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
 from collections.abc import Sequence
@@ -18,8 +17,8 @@ from mpictl import settings as cluster_settings
 from mpictl.errors import UsageError
 from mpictl.inventory import Cluster, Node
 from mpictl.network import Network
-from mpictl.transport import Transport, collectives
-from mpictl.transport import choose as choose_transport
+from mpictl.transport import Transport
+from mpictl.transport import for_job as transport_for_job
 
 DEFAULT_MASTER_PORT = 29500
 # --tf: the first of the ports TensorFlow's workers listen on (one per rank: the base plus the
@@ -264,37 +263,6 @@ def job_env(
     return items + list(env)
 
 
-def job_transport(
-    cluster: Cluster,
-    nodes: Sequence[Node],
-    network: Network | None,
-    settings: cluster_settings.ClusterSettings,
-    mca: Sequence[tuple[str, str]] = (),
-    env: Sequence[str] = (),
-) -> Transport:
-    """The transport of a job on ``nodes``: ``mpi_transport`` (the head's) applied to them, or
-    the user's own ``--mca pml``; a user's own ``-x UCX_NET_DEVICES=...`` is what it runs over."""
-    built = str(cluster.head.vars.get("ucx_enabled", "auto")).lower() not in ("false", "no")
-    ucc = str(cluster.head.vars.get("ucc_enabled", "auto")).lower() not in ("false", "no")
-    chosen = choose_transport(settings.transport, nodes, network, ucx_built=built)
-    coll = collectives(nodes, ucx_built=built, ucc_built=ucc)
-    if coll and "coll_ucc_enable" not in {k for k, _ in mca}:
-        chosen = dataclasses.replace(chosen, coll=coll)
-    # (a bare -x UCX_NET_DEVICES passes the head's own value, which only the head knows)
-    devices = [item.split("=", 1)[1] if "=" in item else "$UCX_NET_DEVICES of the head"
-               for item in env if item.split("=", 1)[0] == "UCX_NET_DEVICES"]  # fmt: skip
-    if devices:
-        chosen = dataclasses.replace(chosen, ucx_devices=devices[-1])
-    pml = user_pml(mca)
-    if pml and pml != chosen.pml:
-        return dataclasses.replace(chosen, pml=pml, reason=f"--mca pml {pml} given")
-    return chosen
-
-
-def user_pml(mca: Sequence[tuple[str, str]]) -> str:
-    return next((value for key, value in mca if key == "pml"), "")
-
-
 def tf_hosts(nodes: Sequence[Node]) -> list[str]:
     """``--tf``'s MPICTL_TF_HOSTS: the addresses of ``nodes``. TensorFlow's worker list holds
     ``HOST:PORT`` entries, which an IPv6 literal cannot be written into: refused."""
@@ -344,7 +312,7 @@ def plan(
     if options.wdir or options.chdir:
         argv += ["--wdir", options.wdir or options.chdir or ""]
     argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
-    transport = job_transport(cluster, where.nodes, network, settings, mca, env)
+    transport = transport_for_job(where.nodes, network, settings, mca, env)
     argv += mca_args(mca, network, transport)
     argv += ["--tag-output"]
     master = rank0_host(cluster, where.nodes).address

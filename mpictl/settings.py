@@ -51,6 +51,11 @@ class ClusterSettings:
     horovod_frameworks: tuple[str, ...] = ("pytorch",)
     # mpi_transport: auto, ucx or tcp (mpictl.transport)
     transport: str = "auto"
+    # ucx_enabled, ucc_enabled: auto, true or false, the ucx and ucc roles' own tri-states as
+    # role_vars checks them (mpictl.transport decides on them: false builds nothing, so no job
+    # runs over it)
+    ucx_enabled: str = "auto"
+    ucc_enabled: str = "auto"
     # mpi_shared_dir: a filesystem the site mounts on every node ("" none): jobs get it as
     # MPICTL_SHARED_DIR, doctor proves it is one filesystem
     shared_dir: str = ""
@@ -139,5 +144,7 @@ def for_cluster(cluster: Cluster) -> ClusterSettings:
         horovod_python=value_of("horovod_python", ""),
         horovod_frameworks=tuple(dict.fromkeys(frameworks)),
         transport=value_of("mpi_transport", "auto").lower(),
+        ucx_enabled=value_of("ucx_enabled", "auto"),
+        ucc_enabled=value_of("ucc_enabled", "auto"),
         shared_dir=shared.rstrip("/"),
     )

@@ -21,7 +21,7 @@ from mpictl import network, planner
 from mpictl import settings as cluster_settings
 from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions, LaunchPlan
-from mpictl.transport import Transport
+from mpictl.transport import Transport, for_job
 
 REMOTE_BASE = ".mpictl/slurm"  # relative to the MPI user's home on the batch host
 
@@ -125,7 +125,7 @@ def plan(
         flags.append(f"--chdir={options.wdir or options.chdir}")
     mca = planner.parse_mca(options.mca)
     env = planner.parse_env(options.env)
-    transport = planner.job_transport(cluster, where.nodes, net, settings, mca, env)
+    transport = for_job(where.nodes, net, settings, mca, env)
     exports = _exports(cluster, options, net, job_id, transport, settings.shared_dir)
     srun = ["srun", "--mpi=pmix", "--label", "--kill-on-bad-exit=1"]
     if options.oversubscribe:

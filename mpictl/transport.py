@@ -16,16 +16,25 @@
   BlueField bond, a 100G ConnectX-6 for storage) carries no job traffic.
 - A user's own ``--mca pml``, ``-x UCX_NET_DEVICES`` or ``-x NCCL_IB_HCA`` wins (the planner
   adds a default only where the user gave none).
+
+``for_job`` is the one home of that decision: ``run``, Slurm jobs, bench, fabric and doctor all
+ask it, with the head's values as :mod:`mpictl.settings` parsed and checked them
+(``mpi_transport``, and ``ucx_enabled``/``ucc_enabled`` kept tri-state: auto, true, false).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mpictl import rdma
 from mpictl.inventory import TRANSPORTS, Node
 from mpictl.network import Network
+
+if TYPE_CHECKING:
+    from mpictl.settings import ClusterSettings
 
 MODES = TRANSPORTS  # checked with the inventory (mpictl.inventory)
 VAR = "mpi_transport"
@@ -147,6 +156,36 @@ def choose(
     if len(without) == len(nodes):
         return Transport("ob1", "auto: no node has an active RDMA port", devices)
     return Transport("ob1", f"auto: {_listed(without)} without an active RDMA port", devices)
+
+
+def for_job(
+    nodes: Sequence[Node],
+    network: Network | None,
+    settings: ClusterSettings,
+    mca: Sequence[tuple[str, str]] = (),
+    env: Sequence[str] = (),
+) -> Transport:
+    """The transport of a job on ``nodes``: ``mpi_transport`` (the head's) applied to them, or
+    the user's own ``--mca pml``; a user's own ``-x UCX_NET_DEVICES=...`` is what it runs over.
+    ``ucx_enabled``/``ucc_enabled`` false: nothing was built, so neither is chosen."""
+    ucx_built = settings.ucx_enabled != "false"
+    chosen = choose(settings.transport, nodes, network, ucx_built=ucx_built)
+    coll = collectives(nodes, ucx_built=ucx_built, ucc_built=settings.ucc_enabled != "false")
+    if coll and "coll_ucc_enable" not in {k for k, _ in mca}:
+        chosen = dataclasses.replace(chosen, coll=coll)
+    # (a bare -x UCX_NET_DEVICES passes the head's own value, which only the head knows)
+    devices = [item.split("=", 1)[1] if "=" in item else "$UCX_NET_DEVICES of the head"
+               for item in env if item.split("=", 1)[0] == "UCX_NET_DEVICES"]  # fmt: skip
+    if devices:
+        chosen = dataclasses.replace(chosen, ucx_devices=devices[-1])
+    pml = user_pml(mca)
+    if pml and pml != chosen.pml:
+        return dataclasses.replace(chosen, pml=pml, reason=f"--mca pml {pml} given")
+    return chosen
+
+
+def user_pml(mca: Sequence[tuple[str, str]]) -> str:
+    return next((value for key, value in mca if key == "pml"), "")
 
 
 def _listed(names: Sequence[str]) -> str:

@@ -62,11 +62,9 @@ def probe_spec(
 
 
 def cluster_transport(cluster: Cluster, settings: ClusterSettings) -> transport.Transport:
-    """The transport a job on every node gets (run's rule: planner.job_transport)."""
-    from mpictl import planner
-
+    """The transport a job on every node gets (run's rule: transport.for_job)."""
     net = network.derive_network(cluster, list(cluster.nodes))
-    return planner.job_transport(cluster, cluster.nodes, net, settings)
+    return transport.for_job(cluster.nodes, net, settings)
 
 
 def collect(

@@ -108,6 +108,23 @@ def test_mpi_transport_from_the_inventory_and_a_bad_value_is_an_inventory_error(
         settings.for_cluster(bad)
 
 
+def test_ucx_and_ucc_enabled_stay_tri_state_and_a_bad_value_is_one_inventory_error() -> None:
+    # (one parse, settings', which the transport decides on: no second reading of the raw vars)
+    for value, want in ((False, "false"), ("false", "false"), (True, "true"), ("auto", "auto")):
+        c = cluster(
+            rdma_node("n1", ports(1), vars={"ucx_enabled": value}), rdma_node("n2", ports(1))
+        )
+        assert settings.for_cluster(c).ucx_enabled == want, value
+        assert plan(c).transport.pml == ("ob1" if want == "false" else "ucx")  # type: ignore[union-attr]
+    bad = cluster(
+        rdma_node("n1", ports(1), vars={"ucc_enabled": "maybe"}), rdma_node("n2", ports(1))
+    )
+    with pytest.raises(
+        InventoryError, match="ucc_enabled 'maybe': must be one of: auto, true, false"
+    ):
+        settings.for_cluster(bad)
+
+
 def test_slurm_exports_the_same_transport() -> None:
     c = cluster(rdma_node("n1", ports(1)), rdma_node("n2", ports(1)))
     p = slurm_plan.plan(c, LaunchOptions(command=["x"], ppn=1), "J2", ETH)
