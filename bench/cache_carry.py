@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import write_result  # noqa: E402 - after the path that finds it
+from bench import source_vars, write_result  # noqa: E402 - after the path that finds it
 
 PHASE_A = ("ucx", "ucc", "openmpi")
 TAGS_A = "ssh,environment,hostfile,ucx,ucc,openmpi"
@@ -83,20 +83,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the sandbox up")
     args = parser.parse_args()
 
-    import yaml
-
-    from mpictl import paths, provision, sandbox
+    from mpictl import provision, sandbox
     from mpictl.sandbox import clone_inventory
     from tests.integration import stub_libcuda
 
-    shared_cache = paths.cache_dir()  # MPICTL_CACHE_DIR, else ~/.cache/mpictl
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "fetch-test-sources.sh"), f"{shared_cache}/sources"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    source_vars = yaml.safe_load(Path(out.stdout.strip().splitlines()[-1]).read_text())
+    sources = source_vars()
     work = Path(tempfile.mkdtemp(prefix="mpictl-bench-carry-"))
     inv = clone_inventory(work / "inventory", args.name, args.subnet, args.port_base)
     archive = work / "phase-a.tar.gz"
@@ -114,7 +105,7 @@ def main() -> int:
         # ---- phase A: the machine's cache, the sources on the controller
         os.environ["MPICTL_STATE_DIR"] = str(work / "state-a")
         up("sandbox_a")
-        _, a = provision.provision(inv, tags=TAGS_A, extravars=source_vars)
+        _, a = provision.provision(inv, tags=TAGS_A, extravars=sources)
         seconds["provision_a"] = round(a.duration_s, 1)
         figures["compiled_a"] = compiled(a)
         if not a.ok:
@@ -142,7 +133,7 @@ def main() -> int:
         if proc.returncode != 0:
             raise SystemExit(f"cache import failed: {proc.stderr}")
         absent = {f"{c}_source_local": str(work / f"{c}-absent.tar.gz") for c in SOURCES_ABSENT}
-        _, b = provision.provision(inv, tags=TAGS_B, extravars={**source_vars, **absent})
+        _, b = provision.provision(inv, tags=TAGS_B, extravars={**sources, **absent})
         seconds["provision_b"] = round(b.duration_s, 1)
         figures["compiled_b"] = compiled(b)
         if not b.ok:

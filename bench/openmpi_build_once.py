@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from datetime import datetime
@@ -37,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import write_result  # noqa: E402 - after the path that finds it
+from bench import source_vars, write_result  # noqa: E402 - after the path that finds it
 
 BUILD_FIRST = "Copy the OpenMPI source to the builder node"
 BUILD_LAST = "Pack the OpenMPI install tree into the artifact"
@@ -157,18 +156,7 @@ def main() -> None:
         from_runs(*args.from_runs)
         return
 
-    from mpictl import paths
-
-    shared_cache = str(paths.cache_dir())  # MPICTL_CACHE_DIR, else ~/.cache/mpictl
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "fetch-test-sources.sh"), f"{shared_cache}/sources"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    import yaml
-
-    source_vars = yaml.safe_load(Path(out.stdout.strip().splitlines()[-1]).read_text())
+    sources = source_vars()
 
     work = Path(tempfile.mkdtemp(prefix="mpictl-bench-openmpi-"))
     os.environ["MPICTL_STATE_DIR"] = str(work / "state")
@@ -179,10 +167,10 @@ def main() -> None:
     sandbox.down(inv)
     sandbox.up(inv)
     try:
-        _, fresh = provision.provision(inv, playbook=args.playbook, extravars=source_vars)
+        _, fresh = provision.provision(inv, playbook=args.playbook, extravars=sources)
         if not fresh.ok:
             raise SystemExit(f"fresh provision failed: rc={fresh.rc} {fresh.private_data_dir}")
-        _, again = provision.provision(inv, playbook=args.playbook, extravars=source_vars)
+        _, again = provision.provision(inv, playbook=args.playbook, extravars=sources)
         if not again.ok:
             raise SystemExit(f"second provision failed: rc={again.rc} {again.private_data_dir}")
     finally:
