@@ -282,7 +282,9 @@ if [ -n "${GPU_NODE_IMPORT:-}" ]; then
   if [ ! -f "$IMPORT" ] && compgen -G "$IMPORT.part-*" >/dev/null; then
     cat "$IMPORT".part-* >"$OUT/import.tar.gz" && IMPORT=$OUT/import.tar.gz
   fi
-  step cache-import "$MPICTL" cache import "$IMPORT" -i "$OUT/inventory" ||
+  # (no -i: a fresh machine has no cached facts yet; an artifact of another OS, compiler or
+  # CUDA is never picked, its fingerprint holds them)
+  step cache-import "$MPICTL" cache import "$IMPORT" ||
     die "mpictl cache import $GPU_NODE_IMPORT failed (see $OUT/cache-import.log)"
 fi
 
