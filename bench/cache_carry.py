@@ -42,19 +42,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import source_vars, write_result  # noqa: E402 - after the path that finds it
+from bench.build_times import COMPONENTS  # noqa: E402 - after the path that finds it
 
-PHASE_A = ("ucx", "ucc", "openmpi")
-TAGS_A = "ssh,environment,hostfile,ucx,ucc,openmpi"
+PHASE_A = ("ucx", "ucc", "openmpi")  # build_once names: the export, the sources left out
+TAGS_A = "ssh,environment,hostfile," + ",".join(PHASE_A)
 TAGS_B = TAGS_A + ",mpi4py,jobs"
-SOURCES_ABSENT = ("ucx", "ucc", "openmpi")
-
-
-COMPONENTS = ("UCX", "UCC", "OpenMPI", "mpi4py", "NCCL", "nccl-tests", "Horovod", "Slurm")
 
 
 def compiled(result: Any) -> dict[str, list[str]]:
     """Component -> the hosts its compile task ran on (each build role's 'Compile <Component> on
-    the builder node')."""
+    the builder node', as bench/build_times.py reads it)."""
     out: dict[str, list[str]] = {}
     for component in COMPONENTS:
         hosts = sorted(
@@ -132,7 +129,7 @@ def main() -> int:
         figures["import_said"] = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
             raise SystemExit(f"cache import failed: {proc.stderr}")
-        absent = {f"{c}_source_local": str(work / f"{c}-absent.tar.gz") for c in SOURCES_ABSENT}
+        absent = {f"{c}_source_local": str(work / f"{c}-absent.tar.gz") for c in PHASE_A}
         _, b = provision.provision(inv, tags=TAGS_B, extravars={**sources, **absent})
         seconds["provision_b"] = round(b.duration_s, 1)
         figures["compiled_b"] = compiled(b)
@@ -145,7 +142,7 @@ def main() -> int:
     finally:
         if not args.keep:
             sandbox.down(inv)
-    again = sorted(set(figures["compiled_b"]) & {"UCX", "UCC", "OpenMPI"})
+    again = sorted(c for c in figures["compiled_b"] if COMPONENTS[c] in PHASE_A)
     result = {"seconds": seconds, **figures, "phase_a_compiled_in_b": again}
     write_result("cache_carry", result)
     ok = not again and figures["smoke_b_rc"] == 0 and "mpi4py" in figures["compiled_b"]

@@ -12,8 +12,8 @@
 # Each watches until the proof ends or SECONDS have passed, printing each step as it ends, then
 # collects into $OUT: summary.txt, results.txt, logs.tar.gz (every step's log, results.json, the
 # vars, the build times) and phase A's exported artifact cache (`mpictl cache export`, in parts
-# of 15 MiB: cache-a.tar.gz.part-aa, -ab, ...; `cat` them back together; its sha256 beside), as far as the limits
-# let. The proof itself runs from a copy of the checkout and carry on the machine's disk, so
+# of 15 MiB: cache-a.tar.gz.part-aa, -ab, ...; `cat` them back together; its sha256 beside), as
+# far as the limits let. The proof itself runs from a copy of the checkout and carry on the machine's disk, so
 # nothing a later command copies over the checkout can touch it.
 set -uo pipefail
 

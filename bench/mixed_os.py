@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import write_result  # noqa: E402 - after the path that finds it
+from bench import source_vars, write_result  # noqa: E402 - after the path that finds it
 
 NAME = "bench-mixed"
 SUBNET = "10.89.77.0/24"
@@ -66,18 +66,6 @@ def make_inventory(dst: Path) -> Path:
             "horovod_enabled: false\n"
         )
     return inv
-
-
-def sources() -> dict[str, Any]:
-    import yaml
-
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "fetch-test-sources.sh")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return yaml.safe_load(Path(out.stdout.strip().splitlines()[-1]).read_text())
 
 
 def builds(result: Any) -> dict[str, Any]:
@@ -167,7 +155,7 @@ def main() -> int:
     out: dict[str, Any] = {"nodes": OS_OF}
     with tempfile.TemporaryDirectory() as tmp:
         inv = make_inventory(Path(tmp) / "inventory")
-        extravars = sources()
+        extravars = source_vars()
         cuda = ["--cuda"] if Path("/usr/local/cuda/bin/nvcc").exists() else []
         try:
             t = time.monotonic()
