@@ -184,6 +184,7 @@ DEPENDS = {
     "mpi4py": ("ucx", "ucc", "openmpi"),
     "nccl_tests": ("ucx", "ucc", "openmpi", "nccl"),
     "horovod": ("ucx", "ucc", "openmpi", "mpi4py", "nccl"),
+    "containers": ("slurm",),  # pyxis is compiled against the slurm role's Slurm
 }
 
 

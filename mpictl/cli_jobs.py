@@ -108,9 +108,26 @@ def run(
             help="Each rank's stdout/stderr in DIR/rank.N/ (at the end).",
         ),
     ] = None,
+    container: Annotated[
+        str | None,
+        typer.Option(
+            "--container",
+            metavar="IMAGE",
+            help="Every rank in this squashfs image (a path on every node; enroot, pyxis).",
+        ),
+    ] = None,
+    container_mount: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--container-mount",
+            metavar="SRC:DST[:ro|rw]",
+            help="With --container: also mount this host directory (repeatable).",
+        ),
+    ] = None,
     launcher: LauncherOpt = "mpirun",
 ) -> None:
     """Run CMD with mpirun on the head node, or through Slurm (mpictl run -- CMD...)."""
+    from mpictl import container as container_mod
     from mpictl import submit
     from mpictl import workdir as workdir_mod
     from mpictl.errors import UsageError
@@ -144,6 +161,7 @@ def run(
         tf=tf,
         tf_port=DEFAULT_TF_PORT if tf_port is None else tf_port,
         chdir=chdir,
+        container=container_mod.parse(container, container_mount or []),
     )
     request = submit.JobRequest(
         workdir=None
@@ -161,6 +179,8 @@ def run(
         _note(f"job {plan.job_id} on {where}{cluster.head.name}: {plan.display}")
         if plan.transport is not None:
             _note(f"transport: {plan.transport.text}")
+        if plan.container:
+            _note(f"container: {plan.container} (checked on every node)")
         if plan.network is None:
             _note(
                 "note: no network shared by the job's nodes is known from the fact cache, "

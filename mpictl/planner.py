@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from mpictl import inputs
 from mpictl import settings as cluster_settings
+from mpictl.container import Container
 from mpictl.errors import UsageError
 from mpictl.inventory import Cluster, Node
 from mpictl.network import Network
@@ -45,6 +46,7 @@ class LaunchOptions:
     tf_port: int = DEFAULT_TF_PORT
     wdir: str | None = None  # where every rank starts (the synced workdir's path on the nodes)
     chdir: str | None = None  # --chdir: a directory already on every node (a shared filesystem)
+    container: Container | None = None  # --container: every rank in this image (container.py)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class LaunchPlan:
     network: Network | None
     job_id: str
     torch: bool = False
+    container: str = ""  # the image every rank runs in (--container); "" on the host
     script: str = ""  # the batch script a scheduler runs the job from (Slurm); "" for mpirun
     launcher: str = "mpirun"
     transport: Transport | None = None  # the cluster's choice (a user's --mca pml still wins)
@@ -279,11 +282,21 @@ def tf_hosts(nodes: Sequence[Node]) -> list[str]:
 def rank_command(options: LaunchOptions, settings: cluster_settings.ClusterSettings) -> list[str]:
     """What every rank runs: the user's command, behind the torch wrapper with ``--torch`` or
     the TensorFlow one (a Python program of the cluster venv: it asks the ranks through mpi4py)
-    with ``--tf``."""
+    with ``--tf``. The container (mpirun's wrapper) is :func:`mpirun_command`'s."""
     command = list(options.command)
     if options.tf:
         return [settings.venv_python, settings.tf_env, *command]
     return [settings.torch_env, *command] if options.torch else command
+
+
+def mpirun_command(options: LaunchOptions, settings: cluster_settings.ClusterSettings) -> list[str]:
+    """What mpirun starts on every rank: :func:`rank_command`, in the container with
+    ``--container`` (the containers role's wrapper; it needs the cluster's MPI in the image's
+    view, which the wrapper mounts)."""
+    command = rank_command(options, settings)
+    if options.container is None:
+        return command
+    return [*options.container.mpirun_prefix(settings.bin_dir), *command]
 
 
 def plan(
@@ -320,7 +333,7 @@ def plan(
         options, env, network, job_id, master, transport, settings.shared_dir, where.nodes
     ):
         argv += ["-x", item]
-    command = rank_command(options, settings)
+    command = mpirun_command(options, settings)
     return LaunchPlan(
         mpirun=argv,
         command=command,
@@ -329,5 +342,6 @@ def plan(
         network=network,
         job_id=job_id,
         torch=options.torch,
+        container=options.container.image if options.container else "",
         transport=transport,
     )

@@ -90,6 +90,7 @@ TYPE_WORDS = {
 CASE_FREE = {"mpi_transport"}
 #: Lists that must not be empty.
 NON_EMPTY = {"horovod_frameworks"}
+_OPTIONS = re.compile(r"[-A-Za-z0-9_. ]*")
 #: Rules by name for the string values no suffix covers.
 NAMED: dict[str, tuple[str, Callable[[str], bool]]] = {
     "mpi_user": ("a login name (lowercase letters, digits, '_', '-')", USER_NAME.fullmatch),
@@ -104,6 +105,18 @@ NAMED: dict[str, tuple[str, Callable[[str], bool]]] = {
     "mpi_shared_dir": (
         "'' or an absolute path on the nodes other than / (" + NODE_PATH_RULE + ")",
         lambda v: v == "" or (v.rstrip("/") != "" and _node_path(v)),
+    ),  # fmt: skip
+    # enroot's directories: enroot evaluates `$(id -u)` (the user's id) in them, nothing else.
+    **{
+        f"containers_{what}_path": (
+            "an absolute path on the nodes of plain characters, $(id -u) allowed for the user's id",
+            lambda v: _node_path(v.replace("$(id -u)", "0")),
+        )
+        for what in ("runtime", "cache", "data")
+    },
+    "containers_squash_options": (
+        "mksquashfs options: words of letters, digits and - _ . (-comp lzo -noD)",
+        _OPTIONS.fullmatch,
     ),  # fmt: skip
     "monitoring_retention_size": (
         "a Prometheus size (512MB, 10GB) or ''",

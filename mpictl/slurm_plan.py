@@ -87,10 +87,22 @@ def _exports(
 
 
 def batch_script(
-    flags: Sequence[str], exports: Sequence[str], argv: Sequence[str], job_id: str
+    flags: Sequence[str],
+    exports: Sequence[str],
+    argv: Sequence[str],
+    job_id: str,
+    *,
+    expanded: Sequence[str] = (),
 ) -> str:
-    """The sbatch script: the allocation, the environment, srun, and the files the head reads."""
+    """The sbatch script: the allocation, the environment, srun, and the files the head reads.
+
+    ``expanded``: options of ``argv[0]`` (srun) that the script's shell expands, each in double
+    quotes right after it (``--container-mounts="$MPICTL_CONTAINER_MOUNTS,..."``)."""
     directory = remote_dir(job_id)
+    line = shlex.join(argv)
+    if expanded:
+        inserted = " ".join(f'"{a}"' for a in expanded)
+        line = f"{shlex.quote(argv[0])} {inserted} {shlex.join(argv[1:])}"
     return "\n".join(
         [
             "#!/bin/bash",
@@ -101,7 +113,7 @@ def batch_script(
             'mkdir -p "$dir" && exec >"$dir/output.log" 2>&1',
             'echo "$$" >"$dir/pid"',
             *exports,
-            shlex.join(argv),
+            line,
             "rc=$?",
             'echo "$rc" >"$dir/exit_code"',
             'exit "$rc"',
@@ -131,6 +143,11 @@ def plan(
     if options.oversubscribe:
         srun.append("--overcommit")
     command = planner.rank_command(options, settings)
+    expanded: list[str] = []
+    if options.container is not None:  # pyxis; the cluster's directories from the batch host
+        wrapper = shlex.quote(options.container.wrapper(settings.bin_dir))
+        exports.append(f"MPICTL_CONTAINER_MOUNTS=$({wrapper} --mounts)")
+        expanded = options.container.srun_args("${MPICTL_CONTAINER_MOUNTS}")
     return LaunchPlan(
         mpirun=srun,
         command=command,
@@ -139,7 +156,8 @@ def plan(
         network=net,
         job_id=job_id,
         torch=options.torch,
-        script=batch_script(flags, exports, [*srun, *command], job_id),
+        container=options.container.image if options.container else "",
+        script=batch_script(flags, exports, [*srun, *command], job_id, expanded=expanded),
         launcher="slurm",
         transport=transport,
     )

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from mpictl import (
+    container,
     detached,
     inputs,
     jobs,
@@ -157,6 +159,7 @@ def create_record(
             **(extra or {}),
             **({"launcher": plan.launcher} if plan.launcher != "mpirun" else {}),
             **({"transport": plan.transport.text} if plan.transport is not None else {}),
+            **({"container": plan.container} if plan.container else {}),
         },
     )
 
@@ -180,6 +183,8 @@ def _prepare(
         check_output_dir(request.output_dir)
     paths.check_dir(paths.jobs_dir(), "job records")  # a broken state dir: before any contact
     head = via.prepare(cluster)
+    if options.container is not None:
+        check_image(cluster, head, plan)
     extra = dict(request.extra)
     if request.output_dir is not None:
         extra["output_dir"] = str(_writable_dir(request.output_dir))
@@ -190,6 +195,32 @@ def _prepare(
         extra["workdir"] = report.to_json()
         plan = via.plan(cluster, dataclasses.replace(options, wdir=report.path), job_id)
     return plan, create_record(cluster, plan, options.command, extra)
+
+
+def check_image(cluster: Cluster, head: remote.HeadSSH, plan: LaunchPlan) -> None:
+    """``--container``: every node of the job reads the image and has enroot (the containers
+    role's wrapper, ``--check``), before the job is recorded or started; UsageError naming each
+    node that cannot, and why."""
+    settings = cluster_settings.for_cluster(cluster)
+    wrapper = container.Container(plan.container).wrapper(settings.bin_dir)
+    hosts = [h for h, _ in plan.hosts]
+    results = remote.run_on_nodes(
+        head, hosts, f"{shlex.quote(wrapper)} --check {shlex.quote(plan.container)}"
+    )
+    names = {n.address: n.name for n in cluster.nodes}
+    bad = []
+    for host in hosts:
+        out = results.get(host)
+        if out is None or out.ok:
+            continue
+        why = out.error
+        if why.startswith(f"{container.WRAPPER}: "):  # "mpictl-container: HOSTNAME: what"
+            why = why.split(": ", 2)[-1]
+        elif out.rc == 127:
+            why = "no containers role here (provision with containers_enabled: true)"
+        bad.append(f"{names.get(host, host)}: {why}")
+    if bad:
+        raise UsageError(f"--container {plan.container}: " + "; ".join(bad))
 
 
 def _refuse_state_in(selection: workdir.Selection) -> None:

@@ -49,7 +49,12 @@ TORCH_WHEELHOUSE="${TORCH_WHEELHOUSE:-/opt/wheels}"
 # with known vulnerabilities.
 SLURM_VERSION="${SLURM_VERSION:-26.05.3}"
 
-SOURCES=(ucx ucc openmpi mpi4py nccl nccl_tests horovod torch slurm)
+# enroot and pyxis are vendored too (tests/data/sources/, git archives of their tags: neither is
+# in Debian). Their files are GitHub's archive bytes, so they match the containers role's pins.
+ENROOT_VERSION="${ENROOT_VERSION:-4.1.2}"
+PYXIS_VERSION="${PYXIS_VERSION:-0.24.0}"
+
+SOURCES=(ucx ucc openmpi mpi4py nccl nccl_tests horovod torch slurm containers)
 
 log() { printf 'fetch-test-sources: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -287,6 +292,22 @@ fetch_slurm() {
   local file="$DEST/slurm-${SLURM_VERSION}.tar.xz"
   copy_vendored "$file"
   emit_source slurm "$SLURM_VERSION" "$file"
+}
+
+fetch_containers() {
+  local enroot="$DEST/enroot-${ENROOT_VERSION}.tar.gz" pyxis="$DEST/pyxis-${PYXIS_VERSION}.tar.gz"
+  copy_vendored "$enroot"
+  copy_vendored "$pyxis"
+  check_pin containers containers_enroot_version containers_enroot_source_sha256 \
+    "$ENROOT_VERSION" "$enroot" "$(sha256 "$enroot")"
+  check_pin containers containers_pyxis_version containers_pyxis_source_sha256 \
+    "$PYXIS_VERSION" "$pyxis" "$(sha256 "$pyxis")"
+  emit_var containers_enroot_version "$ENROOT_VERSION"
+  emit_var containers_enroot_source_local "$enroot"
+  emit_var containers_enroot_source_sha256 "$(sha256 "$enroot")"
+  emit_var containers_pyxis_version "$PYXIS_VERSION"
+  emit_var containers_pyxis_source_local "$pyxis"
+  emit_var containers_pyxis_source_sha256 "$(sha256 "$pyxis")"
 }
 
 main() {

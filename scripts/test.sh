@@ -15,7 +15,9 @@ export MPICTL_CACHE_DIR=${MPICTL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpic
 tier=${1:-all}
 ruff check mpictl tests bench filter_plugins roles examples playbooks mpictl/scripts/mpictl-tf-env
 ruff format --check mpictl tests bench filter_plugins roles examples playbooks mpictl/scripts/mpictl-tf-env
-shellcheck scripts/*.sh bench/*.sh .ci/run mpictl/scripts/*.sh mpictl/scripts/mpictl-torch-env
+shellcheck scripts/*.sh bench/*.sh .ci/run mpictl/scripts/*.sh mpictl/scripts/mpictl-torch-env \
+  mpictl/scripts/mpictl-container mpictl/scripts/mpictl-container.conf
+shellcheck -s sh mpictl/scripts/mpictl-container.rc
 shellcheck -s sh roles/*/files/*.sh  # node probes, run with sh -c through raw
 ansible-lint --nocolor -q playbooks roles
 pytest -q -p no:cacheprovider -rs tests/unit

@@ -193,6 +193,7 @@ def test_list_tags_prints_the_components_and_runs_nothing(isolated_state: Path) 
         "health",
         "monitoring",
         "slurm",
+        "containers",
     ]
     assert not isolated_state.exists()
 

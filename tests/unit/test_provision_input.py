@@ -28,6 +28,7 @@ COMPONENTS = [
     "health",
     "monitoring",
     "slurm",
+    "containers",
 ]
 
 

@@ -363,6 +363,7 @@ ROLE_OF_PLAYBOOK = {
     "health": "health",
     "monitoring": "monitoring",
     "slurm": "slurm",
+    "containers": "containers",
 }
 VALIDATE = "ansible.builtin.validate_argument_spec"
 

@@ -73,6 +73,8 @@ def bad_values(spec: role_vars.Spec) -> list[Any]:
         "a Prometheus size": ["10 GB", "10"],
         "auto or an IP address": ["somewhere", "1.2.3"],
         "'' or an absolute path on the nodes other than /": ["/", "rel"],
+        "an absolute path on the nodes of plain characters, $(id": ["rel/$(id -u)", "/a/$(rm -rf)"],
+        "mksquashfs options": ["-comp lzo; reboot", "$(x)"],
     }
     for start, values in examples.items():
         if rule[0].startswith(start):
