@@ -51,6 +51,8 @@ class Container:
             f"--container-mounts={mounts}",
             # the cluster's PATH and library path win over the image's own
             "--container-env=PATH,LD_LIBRARY_PATH",
+            # the ranks start where the batch script is (--workdir, --chdir), as bare ranks do
+            "--container-workdir=${PWD}",
         ]
 
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install what mpictl needs on a fresh Debian/Ubuntu controller: podman + runc + debootstrap for the
-# sandbox, the SSH client, and the Python package (with its test extra) in ./.venv.
+# sandbox, squashfs-tools for container images (scripts/container-image.sh),
+# the SSH client, and the Python package (with its test extra) in ./.venv.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(podman runc debootstrap openssh-client rsync uidmap catatonit iperf3 bzip2 xz-utils ca-certificates)
+pkgs=(podman runc debootstrap openssh-client rsync uidmap catatonit iperf3 bzip2 xz-utils ca-certificates
+  squashfs-tools)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -23,6 +23,7 @@ from typing import Any
 
 from mpictl import network, programs, remote, transport
 from mpictl import settings as cluster_settings
+from mpictl.doctor import containers as container_checks
 from mpictl.doctor import health as health_checks
 from mpictl.doctor import rdma_checks, slurm_checks
 from mpictl.doctor import shared as shared_checks
@@ -49,6 +50,7 @@ def probe_spec(
         "shared_dir": settings.shared_dir,
         "shared_token": shared_token,
         "slurm": slurm_checks.enabled(cluster),
+        "containers": container_checks.enabled(cluster),
         "targets": {n.name: n.address for n in cluster.nodes},
         "hostfile": settings.hostfile,
         "venv_python": settings.venv_python,
@@ -110,6 +112,8 @@ def evaluate(
         checks += slurm_checks.checks(cluster, data, slurm, provision)
     if health is not None:  # the health program's answers, as root (None: not asked)
         checks += health_checks.checks(cluster, health, settings, provision)
+    if data and container_checks.enabled(cluster):
+        checks += container_checks.checks(data, provision, slurm_checks.enabled(cluster))
     if shared is not None:  # (the token the head wrote in mpi_shared_dir, why it could not)
         checks += shared_checks.checks(cluster, data, settings, *shared)
     return DoctorReport(checks)

@@ -26,9 +26,7 @@ OPTIONAL_KEYS = ("tensorflow",)
 CLUSTER_WIDE_KEYS = ("openmpi", "mpi4py", "horovod", "nccl")
 
 
-def _differs(
-    label: str, values: Mapping[str, Any], fix: str, required: bool = False
-) -> list[Check]:
+def differs(label: str, values: Mapping[str, Any], fix: str, required: bool = False) -> list[Check]:
     """One check: every node holds the same value (absent everywhere is fine unless required)."""
     present = {n: v for n, v in values.items() if v is not None}
     if not present:
@@ -212,11 +210,11 @@ def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[
 
     def per_group(label: str, values: Mapping[str, Any], required: bool = False) -> list[Check]:
         if len(groups) == 1:
-            return _differs(label, values, vfix, required)
+            return differs(label, values, vfix, required)
         out: list[Check] = []
         for release, names in groups.items():
             group = {n: values[n] for n in names}
-            out += _differs(f"{label} ({release})", group, vfix, required)
+            out += differs(f"{label} ({release})", group, vfix, required)
         return out
 
     for key in VERSION_KEYS:
@@ -227,7 +225,7 @@ def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[
         if len(groups) > 1 and key in CLUSTER_WIDE_KEYS:
             # a node without it counts as "missing" where another release has it
             public = {n: _public(v) for n, v in values.items()}
-            checks += _differs(f"{key} version across OS releases", public, vfix)
+            checks += differs(f"{key} version across OS releases", public, vfix)
     marker_paths = sorted({p for d in data.values() for p in d.get("markers", {})})
     for path in marker_paths:
         values = {n: d.get("markers", {}).get(path) for n, d in data.items()}
@@ -236,7 +234,7 @@ def build_checks(data: Mapping[str, Mapping[str, Any]], provision: str) -> list[
             # the build's content differs by release, its presence does not: a component (or a
             # release of it, such as /opt/slurm/26.05.3) missing from a whole release is named
             present = {n: None if v is None else "installed" for n, v in values.items()}
-            checks += _differs(f"{path} across OS releases", present, vfix)
+            checks += differs(f"{path} across OS releases", present, vfix)
     if not marker_paths:
         checks.append(Check("fingerprints", "all", False, "no build markers under /opt", vfix))
     tools = sorted({p for d in data.values() for p in d.get("tools", {})})

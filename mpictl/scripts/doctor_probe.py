@@ -25,6 +25,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 
@@ -323,6 +324,45 @@ def ssh_keys(home: str) -> dict[str, Any]:
     return {"own": own[0] if own else None, "authorized": authorized}
 
 
+def containers_node(timeout: float = 90) -> dict[str, Any]:
+    """enroot's and pyxis's versions on the node (None: missing), and whether a container starts
+    as this user: an image of a marker and mount points (``/usr`` from the node) unpacked and
+    started; "ok" or what went wrong."""
+    out: dict[str, Any] = {}
+    rc, so, _ = run(["enroot", "version"])
+    out["enroot"] = so.strip() if rc == 0 else None
+    conf = read_text("/etc/slurm/plugstack.conf.d/pyxis.conf") or ""
+    m = re.search(r"(/\S*/pyxis/([^/\s]+)/lib/slurm/spank_pyxis\.so)", conf)
+    out["pyxis"] = m.group(2) if m and os.path.exists(m.group(1)) else None
+    if out["enroot"] is None:
+        out["start"] = "no enroot on the PATH"
+        return out
+    name = f"mpictl-doctor-{os.getpid()}"
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "root")
+        for sub in ("etc", "usr", "proc", "sys", "dev", "tmp"):
+            os.makedirs(os.path.join(root, sub))
+        for link in ("bin", "lib", "lib64", "sbin"):
+            os.symlink(f"usr/{link}", os.path.join(root, link))
+        with open(os.path.join(root, "etc", "mpictl-doctor"), "w") as fh:
+            fh.write(name + "\n")
+        image = os.path.join(tmp, "doctor.sqsh")
+        steps = [
+            ["mksquashfs", root, image, "-quiet", "-noappend", "-no-progress"],
+            ["enroot", "create", "-f", "-n", name, image],
+            ["enroot", "start", "-m", "/usr:/usr", name, "cat", "/etc/mpictl-doctor"],
+        ]
+        out["start"] = "ok"
+        for argv in steps:
+            rc, so, se = run(argv, timeout=timeout)
+            if rc != 0 or (argv[1] == "start" and so.strip() != name):
+                lines = [line for line in (se or so).splitlines() if line.strip()]
+                out["start"] = f"{' '.join(argv[:2])}: " + (lines[-1] if lines else f"exit {rc}")
+                break
+        run(["enroot", "remove", "-f", name])
+    return out
+
+
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     versions: dict[str, Any] = {}
     out: dict[str, Any] = {
@@ -355,6 +395,8 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         out["slurm"] = slurm_node()
     if spec.get("shared_dir"):
         out["shared"] = shared(spec["shared_dir"], spec["shared_token"])
+    if spec.get("containers"):
+        out["containers"] = containers_node()
     return out
 
 

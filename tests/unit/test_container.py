@@ -91,12 +91,14 @@ def test_slurm_jobs_use_pyxis_with_the_hosts_directories(tmp_path: Path) -> None
     lines = plan.script.splitlines()
     assert "MPICTL_CONTAINER_MOUNTS=$(/opt/mpictl/bin/mpictl-container --mounts)" in lines
     srun = next(line for line in lines if line.startswith("srun "))
-    argv = shlex.split(srun.replace("${MPICTL_CONTAINER_MOUNTS}", "/opt/openmpi:/opt/openmpi:ro"))
-    assert argv[:4] == [
+    srun = srun.replace("${MPICTL_CONTAINER_MOUNTS}", "/opt/openmpi:/opt/openmpi:ro")
+    argv = shlex.split(srun.replace("${PWD}", "/work"))
+    assert argv[:5] == [
         "srun",
         f"--container-image={IMAGE}",
         "--container-mounts=/opt/openmpi:/opt/openmpi:ro,/data:/data:ro",
         "--container-env=PATH,LD_LIBRARY_PATH",
+        "--container-workdir=/work",
     ]
     assert argv[-2:] == ["python3", "x.py"] and "--mpi=pmix" in argv
     assert plan.container == IMAGE

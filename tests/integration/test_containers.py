@@ -1,0 +1,121 @@
+"""Containers on the provisioned 3-node session sandbox (issue 40): the smoke suite's MPI
+collectives (``smoke_mpi.py``) in an image made without a registry (``scripts/container-image.sh``
+from the node image, through podman, with a marker only the image has), on 3 nodes, under
+mpirun (every rank behind the containers role's wrapper, enroot) and under Slurm (pyxis); each
+rank shows the marker, each test passes on every rank, the job record names the image; bad
+images are one line before anything starts."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import subprocess
+
+import pytest
+
+from mpictl import jobs, sandbox
+from mpictl.inventory import Cluster
+from mpictl.sandbox import image as node_image
+from tests.integration.nodes import ROOT, run_cli, ssh
+from tests.integration.test_jobs import VENV_PY, job_id_of
+from tests.integration.test_shared_dir import mount_hidden
+
+SHARED = "/shared"
+SMOKE = "/opt/mpictl/share/jobs/smoke_mpi.py"
+# What the image can do without (the node image's compilers, headers, docs): a smaller image,
+# faster to make and to unpack on every node.
+LEAVE_OUT = (
+    "usr/share/doc/*", "usr/include/*", "usr/lib/gcc/*", "usr/libexec/gcc/*",
+    "usr/share/locale/*", "usr/share/man/*", "usr/lib/x86_64-linux-gnu/perl*",
+    "usr/share/perl*", "var/cache/*", "var/lib/apt/*",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def image(cluster: Cluster) -> tuple[str, str]:
+    """The image on the sandbox's shared filesystem, and its marker."""
+    marker = f"mpictl-smoke-{secrets.token_hex(4)}"
+    host_dir = sandbox.read_sandbox(cluster.source).shared_host_dir() / "images"
+    host_dir.mkdir(parents=True, exist_ok=True)
+    excludes = [a for pattern in LEAVE_OUT for a in ("--exclude", pattern)]
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "container-image.sh"), "--marker", marker, *excludes,
+         f"podman:{node_image.image_tag()}", str(host_dir / "smoke.sqsh")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return f"{SHARED}/images/smoke.sqsh", marker
+
+
+# Each rank: the image's marker, then the smoke suite in the same process tree.
+IN_IMAGE = f'echo "inside $(cat /etc/mpictl-image) on $(hostname)"; exec {VENV_PY} {SMOKE}'
+
+
+def check_smoke(out: str, marker: str, cluster: Cluster) -> None:
+    inside = re.findall(rf"inside {marker} on (\S+)", out)
+    assert sorted(inside) == sorted(cluster.names), out[-3000:]
+    lines = [json.loads(m) for m in re.findall(r'(\{"suite": "mpi".*\})', out)]
+    results = [r for r in lines if "test" in r]
+    assert len(results) >= 5 and all(r["ok"] for r in results), out[-3000:]
+    assert all(r["ranks"] == 3 and len(r["hosts"]) == 3 for r in results), results
+
+
+def test_the_marker_is_only_in_the_image(cluster: Cluster, image: tuple[str, str]) -> None:
+    for name in cluster.names:
+        assert ssh(cluster.node(name), "test ! -e /etc/mpictl-image").returncode == 0, name
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "slurm"])
+def test_the_smoke_collectives_run_in_the_image_on_three_nodes(
+    cluster: Cluster, image: tuple[str, str], launcher: str
+) -> None:
+    path, marker = image
+    proc = run_cli(
+        "run", "-i", str(cluster.source), "--launcher", launcher, "-np", "3", "--ppn", "1",
+        "--container", path, "--", "sh", "-c", IN_IMAGE,
+        timeout=600,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    check_smoke(out, marker, cluster)
+    record = jobs.load(job_id_of(proc.stderr))
+    assert record.extra.get("container") == path, record.extra
+    assert record.exit_code == 0
+
+
+def test_a_rank_that_fails_in_the_image_fails_the_job_with_its_code(
+    cluster: Cluster, image: tuple[str, str]
+) -> None:
+    path, _ = image
+    proc = run_cli(
+        "run", "-i", str(cluster.source), "-np", "3", "--ppn", "1", "--container", path,
+        "--", "sh", "-c", 'test "$OMPI_COMM_WORLD_RANK" != 1 || exit 5',
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+
+
+def test_a_bad_image_is_one_line_and_starts_nothing(
+    cluster: Cluster, image: tuple[str, str]
+) -> None:
+    before = len(jobs.list_jobs())
+    path, _ = image
+    cases = {
+        f"{SHARED}/images/missing.sqsh": "no such file",
+        "/etc/hostname": "not a squashfs image",
+        "images/smoke.sqsh": "--container 'images/smoke.sqsh'",
+    }
+    for bad, said in cases.items():
+        proc = run_cli("run", "-i", str(cluster.source), "--container", bad, "--", "true")
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and said in lines[0], proc.stderr
+        if bad.startswith("/"):  # checked on the nodes: each one named
+            assert all(f"{n}: " in lines[0] for n in cluster.names), lines[0]
+    # an image one node does not see (its /shared covered): that node alone is named
+    with mount_hidden(cluster, "node3"):
+        proc = run_cli("run", "-i", str(cluster.source), "--container", path, "--", "true")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "node3: " in lines[0] and "node1: " not in lines[0] and "no such file" in lines[0]
+    assert len(jobs.list_jobs()) == before
