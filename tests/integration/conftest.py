@@ -115,14 +115,24 @@ def source_vars(it_state: Path) -> dict[str, Any]:
     return {**yaml.safe_load(vars_file.read_text()), **TEST_VARS}
 
 
+# Containers on the session sandbox (issue 40; the demo's sandbox leaves them off): enroot on every
+# node, pyxis in its Slurm (tests/integration/test_containers.py). The podman nodes need nothing
+# added for enroot (user namespaces work in them, no --privileged); on a cgroup-v1 host they cannot
+# mount their own cgroup subtree, which enroot's 10-cgroups.sh hook does (it shows the job's cgroup
+# inside the container; MPI does not need it), so that hook is left out.
+SESSION_CONTAINERS = "containers_enabled: true\ncontainers_hooks_off: [10-cgroups.sh]\n"
+
+
 def with_the_session_frameworks(inv: Path) -> Path:
     """``inv`` (a copy of the sandbox inventory) choosing the session sandbox's frameworks
-    (TensorFlow beside PyTorch, issue 28), where smoke and doctor read them too. The demo's
+    (TensorFlow beside PyTorch, issue 28), where smoke and doctor read them too, and its
+    containers (SESSION_CONTAINERS). The demo's
     inventory keeps the default [pytorch]; the other test sandboxes do as well. Any other
     inventory that provisions the session's nodes must choose the same (IT_FRAMEWORKS), or its
     run rebuilds their Horovod without TensorFlow."""
     with (inv / "group_vars" / "all.yml").open("a") as fh:
         fh.write(f"horovod_frameworks: {json.dumps(IT_FRAMEWORKS)}\n")
+        fh.write(SESSION_CONTAINERS)
     return inv
 
 

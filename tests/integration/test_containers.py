@@ -3,7 +3,8 @@ collectives (``smoke_mpi.py``) in an image made without a registry (``scripts/co
 from the node image, through podman, with a marker only the image has), on 3 nodes, under
 mpirun (every rank behind the containers role's wrapper, enroot) and under Slurm (pyxis); each
 rank shows the marker, each test passes on every rank, the job record names the image; bad
-images are one line before anything starts."""
+images are one line before anything starts; doctor checks enroot and pyxis on every node and
+names a node without enroot."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def image(cluster: Cluster) -> tuple[str, str]:
     return f"{SHARED}/images/smoke.sqsh", marker
 
 
+CONTAINER_CHECKS = ("enroot version", "pyxis version", "container start")
 # Each rank: the image's marker, then the smoke suite in the same process tree.
 IN_IMAGE = f'echo "inside $(cat /etc/mpictl-image) on $(hostname)"; exec {VENV_PY} {SMOKE}'
 
@@ -119,3 +121,27 @@ def test_a_bad_image_is_one_line_and_starts_nothing(
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "node3: " in lines[0] and "node1: " not in lines[0] and "no such file" in lines[0]
     assert len(jobs.list_jobs()) == before
+
+
+def test_doctor_checks_enroot_and_pyxis_everywhere_and_names_a_node_without_enroot(
+    cluster: Cluster,
+) -> None:
+    proc = run_cli("doctor", "-i", str(cluster.source), "--json", timeout=300)
+    checks = json.loads(proc.stdout)["checks"]
+    ours = {c["check"]: c for c in checks if c["check"] in CONTAINER_CHECKS}
+    assert sorted(ours) == sorted(CONTAINER_CHECKS), checks
+    assert all(c["ok"] and c["node"] == "all" for c in ours.values()), ours
+    assert ours["enroot version"]["detail"] == "4.1.2"
+    node3 = cluster.node("node3")
+    assert ssh(node3, "mv /usr/local/bin/enroot /usr/local/bin/enroot.off").returncode == 0
+    try:
+        proc = run_cli("doctor", "-i", str(cluster.source), "--json", timeout=300)
+    finally:
+        ssh(node3, "mv /usr/local/bin/enroot.off /usr/local/bin/enroot")
+    failed = {
+        (c["check"], c["node"])
+        for c in json.loads(proc.stdout)["checks"]
+        if not c["ok"] and c["check"] in CONTAINER_CHECKS
+    }
+    assert proc.returncode == 1
+    assert failed == {("enroot version", "node3"), ("container start", "node3")}
