@@ -12,6 +12,7 @@ import json
 import re
 import secrets
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +52,15 @@ def image(cluster: Cluster) -> tuple[str, str]:
 
 CONTAINER_CHECKS = ("enroot version", "pyxis version", "container start")
 # Each rank: the image's marker, then the smoke suite in the same process tree.
-IN_IMAGE = f'echo "inside $(cat /etc/mpictl-image) on $(hostname)"; exec {VENV_PY} {SMOKE}'
+IN_IMAGE = (
+    'echo "inside $(cat /etc/mpictl-image) on $(hostname)"; '
+    # the node's driver library (the sandbox's stub libcuda, where the host has CUDA) in the image
+    f'{VENV_PY} -c \'import ctypes; ctypes.CDLL("libcuda.so.1"); print("driver loaded")\'; '
+    f"exec {VENV_PY} {SMOKE}"
+)
+# The session's nodes have the stub driver (tests/integration/stub_libcuda.py) where the host
+# has a CUDA toolkit (conftest: sandbox up --cuda).
+STUB_DRIVER = Path("/usr/local/cuda").is_dir()
 
 
 def check_smoke(out: str, marker: str, cluster: Cluster) -> None:
@@ -59,6 +68,8 @@ def check_smoke(out: str, marker: str, cluster: Cluster) -> None:
     assert sorted(inside) == sorted(cluster.names), out[-3000:]
     lines = [json.loads(m) for m in re.findall(r'(\{"suite": "mpi".*\})', out)]
     results = [r for r in lines if "test" in r]
+    # the node's driver reaches the image under both launchers (mpictl-container)
+    assert out.count("driver loaded") == (3 if STUB_DRIVER else 0), out[-3000:]
     assert len(results) >= 5 and all(r["ok"] for r in results), out[-3000:]
     assert all(r["ranks"] == 3 and len(r["hosts"]) == 3 for r in results), results
 
