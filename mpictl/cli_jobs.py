@@ -119,9 +119,9 @@ def run(
     container_mount: Annotated[
         list[str] | None,
         typer.Option(
-            "--container-mount",
-            metavar="SRC:DST[:ro|rw]",
-            help="With --container: also mount this host directory (repeatable).",
+            "--container-mounts",
+            metavar="SRC:DST[:ro|rw][,...]",
+            help="With --container: also mount these host directories (as pyxis; repeatable).",
         ),
     ] = None,
     launcher: LauncherOpt = "mpirun",

@@ -12,7 +12,8 @@ OpenMPI, UCX, UCC and the cluster venv mounted at their paths, the rank's enviro
 - Slurm: pyxis, ``srun --container-image=IMAGE --container-mounts=...``; the host directories
   come from the same wrapper (``--mounts``) on the batch host.
 
-``--container-mount SRC:DST[:ro|rw]`` adds a host directory (repeatable).
+``--container-mounts SRC:DST[:ro|rw][,SRC:DST...]`` (pyxis's spelling; repeatable) adds host
+directories.
 """
 
 from __future__ import annotations
@@ -63,10 +64,10 @@ def _enroot_mount(mount: str) -> str:
 
 
 def parse(image: str | None, mounts: Sequence[str] = ()) -> Container | None:
-    """``--container`` and ``--container-mount`` checked (UsageError, one line), or None."""
+    """``--container`` and ``--container-mounts`` checked (UsageError, one line), or None."""
     if image is None:
         if mounts:
-            raise UsageError("--container-mount applies to --container")
+            raise UsageError("--container-mounts applies to --container")
         return None
     if not inputs.is_node_path(image) or "," in image or image.endswith("/"):
         raise UsageError(
@@ -74,7 +75,8 @@ def parse(image: str | None, mounts: Sequence[str] = ()) -> Container | None:
             "on the nodes (letters, digits and _ . @ % + = : ~ - /, no ',' or '..'), e.g. "
             "/shared/images/pytorch.sqsh"
         )
-    return Container(image, tuple(_mount(m) for m in mounts))
+    items = [m for group in mounts for m in group.split(",")]
+    return Container(image, tuple(_mount(m) for m in items))
 
 
 def _mount(item: str) -> str:
@@ -86,7 +88,7 @@ def _mount(item: str) -> str:
     )
     if not ok:
         raise UsageError(
-            f"--container-mount {inputs.quoted(item)}: expected SRC:DST or SRC:DST:ro|rw, both "
+            f"--container-mounts {inputs.quoted(item)}: expected SRC:DST or SRC:DST:ro|rw, both "
             "absolute paths (no ',' or '..')"
         )
     return item

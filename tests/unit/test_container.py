@@ -27,7 +27,7 @@ def cluster(tmp_path: Path):
 
 def test_no_container_is_none_and_a_mount_alone_is_refused() -> None:
     assert container.parse(None) is None
-    with pytest.raises(UsageError, match="--container-mount applies to --container"):
+    with pytest.raises(UsageError, match="--container-mounts applies to --container"):
         container.parse(None, ["/data:/data"])
 
 
@@ -41,15 +41,16 @@ def test_an_image_that_is_not_an_absolute_plain_path_is_one_line(image: str) -> 
 
 
 @pytest.mark.parametrize(
-    "mount", ["/data", "data:/data", "/data:/x:rx", "/a,b:/c", "/a:/b:ro:x", "/a/..:/b"]
+    "mount", ["/data", "data:/data", "/data:/x:rx", "/a:/b,", "/a:/b:ro:x", "/a/..:/b", ""]
 )
 def test_a_bad_mount_is_one_line(mount: str) -> None:
-    with pytest.raises(UsageError, match="--container-mount"):
+    with pytest.raises(UsageError, match="--container-mounts"):
         container.parse(IMAGE, [mount])
 
 
 def test_mpirun_ranks_start_behind_the_wrapper_with_the_mounts(tmp_path: Path) -> None:
-    c = container.parse(IMAGE, ["/data:/data:ro", "/scratch:/mnt"])
+    c = container.parse(IMAGE, ["/data:/data:ro,/scratch:/mnt"])
+    assert c == container.parse(IMAGE, ["/data:/data:ro", "/scratch:/mnt"])
     plan = planner.plan(
         cluster(tmp_path), LaunchOptions(command=["python3", "x.py"], container=c), "job"
     )
