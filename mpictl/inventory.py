@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import inputs, paths
+from mpictl import inputs, paths, role_vars
 from mpictl.errors import InventoryError, UsageError
 from mpictl.hostnames import NOT_A_HOST, NOT_AN_ADDRESS, endpoint, host_problem
 from mpictl.inputs import quoted, shown
@@ -614,14 +614,14 @@ def _never_templated(extra: Mapping[str, Any]) -> dict[str, Any]:
     return {name: wrap_var(value) for name, value in extra.items()}
 
 
-TRANSPORTS = ("auto", "ucx", "tcp")  # mpi_transport (mpictl.transport reads it)
-
-
 def _transport(what: str, value: Any) -> str:
-    """``mpi_transport``: auto, ucx or tcp (any case)."""
-    if isinstance(value, str) and value.lower() in TRANSPORTS:
-        return value.lower()
-    raise UsageError(f"{what}: {quoted(value)} is not one of {', '.join(TRANSPORTS)}")
+    """``mpi_transport`` by its declared rule (auto, ucx or tcp, any case): role_vars, the one
+    checker of cluster variables, as settings reads it on the head."""
+    spec = role_vars.load_specs(paths.roles_dir())["mpi_transport"]
+    why, done = role_vars.converted(spec, value)
+    if why:
+        raise UsageError(f"{what}: {quoted(value)} {why}")
+    return str(done)
 
 
 def _interface(what: str, value: Any) -> str:

@@ -30,13 +30,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mpictl import rdma
-from mpictl.inventory import TRANSPORTS, Node
+from mpictl.inventory import Node
 from mpictl.network import Network
 
 if TYPE_CHECKING:
     from mpictl.settings import ClusterSettings
 
-MODES = TRANSPORTS  # checked with the inventory (mpictl.inventory)
 VAR = "mpi_transport"
 PORTS_FACT = "mpi_rdma_ports"
 

@@ -181,8 +181,8 @@ NODE1_VARS = [  # node1's extra variables (YAML flow entries) -> text of the one
     ("ansible_ssh_common_args: '-o \"unclosed'", "ansible_ssh_common_args '-o \"unclosed'"),
     ("ansible_ssh_common_args: [-o, x]", "ansible_ssh_common_args '['-o', 'x']': must be a"),
     ("mpi_address: '-oProxyCommand=x'", "mpi_address '-oProxyCommand=x': not a valid DNS name"),
-    ("mpi_transport: verbs", "host 'node1': mpi_transport: 'verbs' is not one of auto, ucx, tcp"),
-    ("mpi_transport: [ucx]", "mpi_transport: '['ucx']' is not one of auto, ucx, tcp"),
+    ("mpi_transport: verbs", "host 'node1': mpi_transport: 'verbs' must be one of: auto, ucx, tcp"),
+    ("mpi_transport: [ucx]", "mpi_transport: '['ucx']' must be one of: auto, ucx, tcp"),
     ('mpi_address: "n1\\x1b]0;pwned\\x07"', "mpi_address 'n1\\x1b]0;pwned\\x07'"),
 ]
 
