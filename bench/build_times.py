@@ -38,7 +38,8 @@ from bench import write_result  # noqa: E402 - after the path that finds it
 
 #: Component (as its tasks name it) -> its build_once name (the fan-out task names that).
 COMPONENTS = {"UCX": "ucx", "UCC": "ucc", "OpenMPI": "openmpi", "mpi4py": "mpi4py", "NCCL": "nccl",
-              "nccl-tests": "nccl_tests", "Horovod": "horovod", "Slurm": "slurm"}  # fmt: skip
+              "nccl-tests": "nccl_tests", "Horovod": "horovod", "Slurm": "slurm",
+              "Enroot": "enroot", "Pyxis": "pyxis"}  # fmt: skip
 EXTRA_TASKS = {"OpenMPI configure": "Configure OpenMPI on the builder node"}
 SUBSET = "AllReduce Sum f32 * *|SendRecv"
 
