@@ -8,6 +8,8 @@ Either way the count is asserted from the run's events, never assumed.
 from __future__ import annotations
 
 import shlex
+import subprocess
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,12 +83,37 @@ def test_every_node_has_the_same_openmpi_and_marker(
     assert len(markers) == 1 and len(markers.pop()) == 64
 
 
+HUNG = 124  # timeout(1)'s exit code
+
+
+def plain_mpirun(cluster: Any, command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` (a bare mpirun, as a user would type it) as the MPI user on the head.
+
+    OpenMPI 5.0.7's launcher now and then hangs after every rank has exited (prterun and its
+    prted daemons wait on each other; seen once in this suite's CI, under load: the hang
+    ``mpictl run``'s watchdog ends, tested in test_jobs.py). A bare mpirun has no watchdog: one
+    that has not ended after 120 s is killed with its daemons on every node (the tests after it
+    start clean), said as a warning, and run once more; the second run must end by itself."""
+    for attempt in (1, 2):
+        proc = ssh_mpi(cluster.nodes[0], f"timeout -k 5 120 {command}")
+        if proc.returncode != HUNG:
+            return proc
+        for node in cluster.nodes:
+            ssh(node, "pkill -KILL -u mpi -x 'prterun|prted|mpirun'; true")
+        if attempt == 1:
+            warnings.warn(
+                f"mpirun hung after 120 s, killed, run again: {proc.stdout!r}", stacklevel=2
+            )
+    return proc
+
+
 def test_mpirun_as_mpi_user_reaches_all_three_nodes(
     first_provision: runner.RunResult, cluster: Any
 ) -> None:
-    head = cluster.nodes[0]
     # --map-by node: one rank per node, whatever mpi_slots says.
-    proc = ssh_mpi(head, "mpirun --hostfile /etc/mpictl/hostfile --map-by node -np 3 hostname")
+    proc = plain_mpirun(
+        cluster, "mpirun --hostfile /etc/mpictl/hostfile --map-by node -np 3 hostname"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(proc.stdout.split()) == ["node1", "node2", "node3"]
 
@@ -94,12 +121,11 @@ def test_mpirun_as_mpi_user_reaches_all_three_nodes(
 def test_mpi4py_job_has_size_three_on_three_hosts(
     first_provision: runner.RunResult, cluster: Any
 ) -> None:
-    head = cluster.nodes[0]
     cmd = (
         "mpirun --hostfile /etc/mpictl/hostfile --map-by node -np 3 "
         f"python -c {shlex.quote(MPI4PY_SCRIPT)}"
     )
-    proc = ssh_mpi(head, cmd)
+    proc = plain_mpirun(cluster, cmd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split() == ["size", "3", "hosts", "node1,node2,node3"]
 
