@@ -147,8 +147,9 @@ def plan(
     if options.container is not None:  # pyxis; the cluster's directories from the batch host
         wrapper = shlex.quote(options.container.wrapper(settings.bin_dir))
         exports.append(f"MPICTL_CONTAINER_MOUNTS=$({wrapper} --mounts)")
-        # what the image's loader does not find by itself (ld.so.conf.d's /opt dirs, the driver)
+        # what the image does not find by itself (ld.so.conf.d's /opt dirs, the driver)
         exports.append(f'export LD_LIBRARY_PATH="$({wrapper} --ld-library-path)"')
+        exports.append(f'export PATH="$({wrapper} --path)"')
         expanded = options.container.srun_args("${MPICTL_CONTAINER_MOUNTS}")
     return LaunchPlan(
         mpirun=srun,

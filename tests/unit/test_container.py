@@ -91,8 +91,10 @@ def test_slurm_jobs_use_pyxis_with_the_hosts_directories(tmp_path: Path) -> None
     )
     lines = plan.script.splitlines()
     assert "MPICTL_CONTAINER_MOUNTS=$(/opt/mpictl/bin/mpictl-container --mounts)" in lines
-    wrapper_ld = 'export LD_LIBRARY_PATH="$(/opt/mpictl/bin/mpictl-container --ld-library-path)"'
-    assert lines.index(wrapper_ld) < lines.index(next(x for x in lines if x.startswith("srun ")))
+    srun_at = lines.index(next(x for x in lines if x.startswith("srun ")))
+    for var, option in (("LD_LIBRARY_PATH", "--ld-library-path"), ("PATH", "--path")):
+        line = f'export {var}="$(/opt/mpictl/bin/mpictl-container {option})"'
+        assert lines.index(line) < srun_at
     srun = next(line for line in lines if line.startswith("srun "))
     srun = srun.replace("${MPICTL_CONTAINER_MOUNTS}", "/opt/openmpi:/opt/openmpi:ro")
     argv = shlex.split(srun.replace("${PWD}", "/work"))
