@@ -4,6 +4,7 @@ same code mpictl runs before ansible-runner (:mod:`mpictl.role_vars`), on ``host
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,17 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as plain dicts and lists. Ansible 2.19 hands out lazy containers that render an
+    item when it is read; the argument-spec validator deep-copies what it checks, and a lazy
+    container's copy takes its templar and every variable it can reach along (seconds a run)."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
 def _declared_values(variables: Any, names: set[str]) -> dict[str, Any]:
     """The declared variables a host sets, templated; one whose template needs what only a node
     has (its facts: undefined here) is left to the roles' preflight, after facts are gathered."""
@@ -23,7 +35,7 @@ def _declared_values(variables: Any, names: set[str]) -> dict[str, Any]:
         if name not in variables:
             continue
         try:
-            out[name] = variables[name]
+            out[name] = _plain(variables[name])
         except Exception:  # noqa: BLE001, S112 - an undefined fact: decided after gathering
             continue
     return out

@@ -186,3 +186,31 @@ def test_the_validation_play_refuses_it_under_plain_ansible_playbook(tmp_path: P
     fatal = [line for line in proc.stdout.splitlines() if line.startswith("fatal:")]
     assert len(fatal) == 1 and "node2: horovod_frameworks '['caffe']'" in fatal[0], proc.stdout
     assert not log.exists()
+
+
+class _Lazy(list):  # type: ignore[type-arg]
+    """Stands in for Ansible 2.19's lazy list: copying it whole also copies its templar and every
+    variable it reaches (seconds a run), so the checker must never be handed one."""
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise AssertionError("a lazy container was deep-copied")
+
+
+class _LazyDict(dict):  # type: ignore[type-arg]
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise AssertionError("a lazy container was deep-copied")
+
+
+def test_the_validation_plays_filter_checks_plain_copies_of_lazy_values() -> None:
+    sys.path.insert(0, str(ROLES.parent))
+    from filter_plugins.mpictl_vars import mpictl_var_problems
+
+    hostvars = {
+        "node1": {"containers_hooks_off": _Lazy(["10-cgroups.sh"]),
+                  "slurm_config_extra": _LazyDict({"AuthInfo": "cred_expire=10"})},
+        "node2": {"horovod_frameworks": _Lazy(["caffe"]), "mpi_slots": 0},
+    }  # fmt: skip
+    found = mpictl_var_problems(hostvars, ["node1", "node2"], str(ROLES))
+    assert [line.split(":")[0] for line in found] == ["node2", "node2"], found
+    assert any("horovod_frameworks" in line and "caffe" in line for line in found), found
+    assert any("mpi_slots '0': must be a number from 1" in line for line in found), found
