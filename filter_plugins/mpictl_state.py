@@ -1,17 +1,28 @@
 """The cluster's short path (playbooks/validate.yml, playbooks/record.yml): the controller's side.
 
-``mpictl_state_inputs`` digests what a run's desired state is made of: mpictl's own Ansible
-content, the variables of every node of the play (inventory, group_vars, extra vars; facts and
-run-time internals left out) and the content of the controller files the roles install from
-(the cluster key, the munge key). Each node keeps the digest its last successful run was made
-with (playbooks/files/mpictl_node_state.py); a component whose digest, node environment and
-signed items all still match is skipped on the short path.
+``mpictl_state_inputs`` digests what a run's desired state is made of, one digest per component:
+mpictl's own Ansible content, the variables of every node of the play that the component reads
+(inventory, group_vars, extra vars; facts and run-time internals left out), the facts the roles
+render from, the digests of the components it builds against (DEPENDS) and the content of the
+controller files the roles install from (the cluster key, the munge key). Each node keeps, per
+component, the digest its last successful run was made with (playbooks/files/
+mpictl_node_state.py); a component whose digest, node environment and signed items all still
+match is skipped on the short path. So a change to Slurm's variables runs the slurm play again
+and leaves the others on the short path.
+
+Which variables a component reads (``component_variables``): those its role declares
+(``meta/argument_specs.yml``), those of other roles its role's files or its own playbook name,
+and every variable no component's role declares or that the shared playbooks and the filters
+name (``mpi_*`` of cluster_defaults, ``build_once_*``, anything the inventory adds): a variable
+is left out of a component's digest only where nothing the component runs can read it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -139,30 +150,116 @@ def controller_files(variables: Mapping[str, Any]) -> list[str]:
     return files + [str(p) for p in variables.get("horovod_patches") or []]
 
 
+# Each component (the tag of its play in site.yml) and its role.
+COMPONENT_ROLES = {
+    "ssh": "ssh_mesh",
+    "environment": "mpi_environment",
+    "hostfile": "hostfile",
+    "ucx": "ucx",
+    "ucc": "ucc",
+    "openmpi": "openmpi",
+    "mpi4py": "mpi4py",
+    "nccl": "nccl",
+    "nccl_tests": "nccl_tests",
+    "horovod": "horovod",
+    "jobs": "mpi_jobs",
+    "health": "health",
+    "monitoring": "monitoring",
+    "slurm": "slurm",
+    "containers": "containers",
+}
+# The playbooks every component's run goes through (their variables are every component's).
+SHARED_PLAYBOOKS = ("site.yml", "validate.yml", "preflight.yml", "failures.yml", "record.yml")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _words(paths: Iterable[Path]) -> set[str]:
+    out: set[str] = set()
+    for path in paths:
+        try:
+            out.update(_WORD.findall(path.read_text(errors="replace")))
+        except OSError:
+            continue
+    return out
+
+
+def _role_files(role_dir: Path) -> list[Path]:
+    return sorted(
+        p for p in role_dir.rglob("*")
+        if p.is_file() and p.suffix != ".md" and not SKIPPED_PARTS & set(p.parts)
+    )  # fmt: skip
+
+
+@functools.cache
+def component_variables(root: str) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
+    """(for each component, the role variables it reads; the variables every component reads
+    although a role declares them): from the roles' argument specs and the words of the roles',
+    playbooks' and filters' files under ``root`` (mpictl's content)."""
+    import yaml
+
+    base = Path(root)
+    declared: dict[str, str] = {}  # variable -> the role that declares it
+    for path in sorted(base.glob("roles/*/meta/argument_specs.yml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        for entry in (data.get("argument_specs") or {}).values():
+            for name in (entry or {}).get("options") or {}:
+                declared.setdefault(str(name), path.parts[-3])
+    roles = set(COMPONENT_ROLES.values())
+    owned = {name for name, role in declared.items() if role in roles}
+    shared = owned & _words(
+        [base / "playbooks" / name for name in SHARED_PLAYBOOKS]
+        + sorted((base / "filter_plugins").glob("*.py"))
+    )
+    reads = {}
+    for component, role in COMPONENT_ROLES.items():
+        own = {name for name in owned if declared[name] == role}
+        files = _role_files(base / "roles" / role) + [base / "playbooks" / f"{component}.yml"]
+        reads[component] = frozenset(own | (owned & _words(files)))
+    return reads, frozenset(shared)
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def mpictl_state_inputs(
     hostvars: Mapping[str, Mapping[str, Any]],
     hosts: Iterable[str],
     playbook_dir: str,
-    variables: str = "",
-) -> dict[str, str]:
-    """The digest of this run's inputs for the nodes ``hosts`` (playbooks in ``playbook_dir``):
-    ``variables`` (content, variables, facts) and ``inputs`` (that and the controller files).
+    variables: Mapping[str, str] | None = None,
+) -> dict[str, dict[str, str]]:
+    """The digests of this run's inputs for the nodes ``hosts`` (playbooks in ``playbook_dir``),
+    per component: ``variables`` (content, the variables it reads, facts, its dependencies') and
+    ``inputs`` (that and the controller files).
 
     At the end of a run, pass the run's first ``variables`` back: the files are digested again
     (the run may have made the keys), the variables not (roles add facts of their own as they
     run, which the next run does not start with)."""
     hosts = sorted(hosts)
     if not variables:
-        data = {
-            "content": content_digest(str(Path(playbook_dir) / "..")),
-            "nodes": {host: node_vars(hostvars[host]) for host in hosts},
-            "facts": {host: node_facts(hostvars[host]) for host in hosts},
+        root = str((Path(playbook_dir) / "..").resolve())
+        reads, shared = component_variables(root)
+        owned = frozenset().union(*reads.values()) - shared
+        content = content_digest(root)
+        every = {host: node_vars(hostvars[host]) for host in hosts}
+        facts = {host: node_facts(hostvars[host]) for host in hosts}
+        own: dict[str, str] = {}
+        for component in COMPONENT_ROLES:
+            mine = reads[component]
+            seen = {
+                host: {k: v for k, v in values.items() if k not in owned or k in mine}
+                for host, values in every.items()
+            }
+            own[component] = _digest({"content": content, "nodes": seen, "facts": facts})
+        variables = {
+            c: _digest([own[c]] + [own[d] for d in DEPENDS.get(c, ())]) for c in COMPONENT_ROLES
         }
-        text = json.dumps(data, sort_keys=True, default=str)
-        variables = hashlib.sha256(text.encode()).hexdigest()
     files = sorted({path for host in hosts for path in controller_files(hostvars[host])})
-    text = json.dumps([variables, {path: file_digest(path) for path in files}])
-    return {"variables": variables, "inputs": hashlib.sha256(text.encode()).hexdigest()}
+    on_disk = _digest({path: file_digest(path) for path in files})
+    return {
+        "variables": dict(variables),
+        "inputs": {c: _digest([v, on_disk]) for c, v in variables.items()},
+    }
 
 
 def mpictl_selected_components(
@@ -194,6 +291,14 @@ def mpictl_converged_everywhere(per_node: Iterable[Iterable[str] | None]) -> lis
     sets = [set(c or ()) for c in per_node]
     both = set.intersection(*sets) if sets else set()
     return sorted(c for c in both if all(d in both for d in DEPENDS.get(c, ())))
+
+
+def mpictl_with_dependencies(components: Iterable[str]) -> list[str]:
+    """``components`` and every component they build against (DEPENDS), in site.yml's order."""
+    wanted = set(components)
+    for component in list(wanted):
+        wanted.update(DEPENDS.get(component, ()))
+    return [c for c in COMPONENT_ROLES if c in wanted]
 
 
 def mpictl_probed_facts_changed(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
@@ -241,6 +346,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "mpictl_state_inputs": mpictl_state_inputs,
+            "mpictl_with_dependencies": mpictl_with_dependencies,
             "mpictl_selected_components": mpictl_selected_components,
             "mpictl_converged_everywhere": mpictl_converged_everywhere,
             "mpictl_probed_facts_changed": mpictl_probed_facts_changed,

@@ -1,7 +1,8 @@
 """The node's record of the state the last successful run left (the cluster's short path).
 
 Run with ``raw`` (one SSH exec, no module payload: ``python3 -c <this file> <JSON>``), it prints one
-JSON object. ``{"mode": "probe", "inputs": D, "cuda_homes": [...]}`` (read-only) compares the
+JSON object. ``{"mode": "probe", "inputs": D, "cuda_homes": [...]}`` (read-only; D: the
+controller's digest of each component's inputs, ``{component: digest}``) compares the
 record with the node as it is now and returns the components still in that state
 (``converged``), those whose signed items changed (``drifted``), the node's GPU count
 (``gpus``), its RDMA ports (``rdma``), its public SSH host keys (``host_keys``, type and key:
@@ -11,7 +12,8 @@ which the controller compares with the facts it cached for the node).
 what each component claims and writes the record (``changed``).
 
 A component is converged when its entry in the record was written for the same inputs (the
-controller's digest of the project and the inventory's variables), on the same node environment
+controller's digest of the project and the inventory's variables the component reads), on the
+same node environment
 (OS, kernel, host name, CPUs, memory, GPUs, addresses, compiler, CUDA), and every item it claims
 still has the signature recorded:
 
@@ -381,7 +383,13 @@ def drifted(entry: object, signer: Signer) -> bool:
         return True
 
 
-def assess(components: dict, inputs: str, env: str, signer: Signer) -> dict[str, list[str]]:
+def inputs_of(inputs: dict, name: str) -> str:
+    """The digest of component ``name``'s inputs ("" where the controller gave none: never a
+    match)."""
+    return str(inputs.get(name) or "")
+
+
+def assess(components: dict, inputs: dict, env: str, signer: Signer) -> dict[str, list[str]]:
     """``converged``: the components of the record whose inputs, environment and signatures all
     still match; ``drifted``: those whose signed items changed since the record (whatever the
     inputs: the node was changed behind mpictl's back, and the role reinstalls)."""
@@ -389,17 +397,19 @@ def assess(components: dict, inputs: str, env: str, signer: Signer) -> dict[str,
     for name, entry in sorted(components.items()):
         if drifted(entry, signer):
             out["drifted"].append(name)
-        elif entry.get("inputs") == inputs and entry.get("env") == env:
+        elif not inputs_of(inputs, name) or entry.get("env") != env:
+            continue
+        elif entry.get("inputs") == inputs_of(inputs, name):
             out["converged"].append(name)
     return out
 
 
-def converged(components: dict, inputs: str, env: str, signer: Signer) -> list[str]:
+def converged(components: dict, inputs: dict, env: str, signer: Signer) -> list[str]:
     return assess(components, inputs, env, signer)["converged"]
 
 
 def recorded(
-    components: dict, claims: dict, keep: list[str], inputs: str, env: str, signer: Signer
+    components: dict, claims: dict, keep: list[str], inputs: dict, env: str, signer: Signer
 ) -> dict:
     """The record after a run: what ran (claims) and what was converged (keep) signed now, the
     other components as they were (a component that drifted and did not run stays drifted)."""
@@ -410,7 +420,7 @@ def recorded(
             claims = {**claims, name: list(entry.get("signatures", {}))}
     for name, items in claims.items():
         out[name] = {
-            "inputs": inputs,
+            "inputs": inputs_of(inputs, name),
             "env": env,
             "signatures": {item: signer.sign(item) for item in items},
         }
@@ -441,8 +451,8 @@ def handle(request: dict) -> dict:
     """The answer to one request (see the module docstring)."""
     mode = request.get("mode")
     inputs = request.get("inputs")
-    if mode not in ("probe", "record") or not isinstance(inputs, str):
-        raise ValueError("need mode probe or record, and inputs")
+    if mode not in ("probe", "record") or not isinstance(inputs, dict):
+        raise ValueError("need mode probe or record, and inputs ({component: digest})")
     path = request.get("path") or RECORD
     cuda_homes = request.get("cuda_homes") or ["/usr/local/cuda"]
     if not isinstance(cuda_homes, list):

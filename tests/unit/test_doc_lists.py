@@ -24,9 +24,9 @@ def paragraph(starting: str) -> str:
 def preflight_roles() -> list[str]:
     (play,) = yaml.safe_load((ROOT / "playbooks" / "preflight.yml").read_text())
     return [
-        task["ansible.builtin.import_role"]["name"]
+        task["ansible.builtin.include_role"]["name"]
         for task in play["tasks"]
-        if "ansible.builtin.import_role" in task
+        if "ansible.builtin.include_role" in task
     ]
 
 

@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 node = load("mpictl_node_state", ROOT / "playbooks" / "files" / "mpictl_node_state.py")
 state = load("mpictl_state", ROOT / "filter_plugins" / "mpictl_state.py")
 ENV = "env-digest"
-INPUTS = "inputs-digest"
+# The controller's digest of each component's inputs (filter_plugins/mpictl_state.py).
+NAMES = ("hostfile", "openmpi", "venv", "conf", "nccl", "jobs", "environment", "x", "y")
+INPUTS = {name: f"inputs-of-{name}" for name in NAMES}
 
 
 @pytest.fixture
@@ -42,7 +44,7 @@ def record(tmp_path: Path, claims: dict[str, list[str]], keep: list[str] = ()) -
     return node.load(str(path))
 
 
-def converged(tmp_path: Path, inputs: str = INPUTS, env: str = ENV) -> list[str]:
+def converged(tmp_path: Path, inputs: dict[str, str] = INPUTS, env: str = ENV) -> list[str]:
     components = node.load(str(tmp_path / "node-state.json"))
     return node.converged(components, inputs, env, node.Signer())
 
@@ -95,8 +97,15 @@ def test_a_deleted_path_and_a_new_one_are_changes(tmp_path: Path, tree: Path) ->
 
 def test_other_inputs_or_environment_converge_nothing(tmp_path: Path, tree: Path) -> None:
     record(tmp_path, {"openmpi": [f"tree:{tree}"]})
-    assert converged(tmp_path, inputs="other") == []
+    assert converged(tmp_path, inputs={name: "other" for name in NAMES}) == []
+    assert converged(tmp_path, inputs={}) == []
     assert converged(tmp_path, env="other") == []
+
+
+def test_inputs_are_compared_per_component(tmp_path: Path, tree: Path) -> None:
+    record(tmp_path, {"openmpi": [f"tree:{tree}"], "hostfile": [f"path:{tree / 'etc.conf'}"]})
+    # a variable only the hostfile reads changed: the other component stays converged
+    assert converged(tmp_path, inputs={**INPUTS, "hostfile": "changed"}) == ["openmpi"]
 
 
 def test_recording_keeps_a_drifted_component_that_did_not_run(tmp_path: Path, tree: Path) -> None:
@@ -369,3 +378,43 @@ def test_cached_facts_of_another_machine_are_found() -> None:
     assert stale({"distribution_version": "11.9"}, {}) == ["node1"]
     assert stale({}, {"host_keys": ["ssh-ed25519 KEY2"]}) == ["node1"]  # another host key
     assert stale({"machine_id": ""}, {}) == []  # nothing cached: gathered fresh anyway
+
+
+def test_each_component_digests_the_variables_it_reads() -> None:
+    """A variable a role declares is in its component's digest, in the digests of the components
+    whose roles name it and of those that build against it (DEPENDS); a cluster-wide one, and a
+    role's that the shared playbooks or filters name, is in every digest."""
+    base = {"mpi_slots": 2, "slurm_health_check_interval": 0, "ucx_enabled": "auto",
+            "mpi_env_dropin_dir": "/etc/env.d", "horovod_extra_requirements": []}  # fmt: skip
+
+    def changed(**values: object) -> list[str]:
+        def inputs(node: dict[str, object]) -> dict[str, str]:
+            got = state.mpictl_state_inputs({"node1": node}, ["node1"], str(ROOT / "playbooks"))
+            return got["inputs"]
+
+        before, after = inputs(base), inputs({**base, **values})
+        assert sorted(before) == sorted(state.COMPONENT_ROLES)
+        return sorted(c for c in before if before[c] != after[c])
+
+    every = sorted(state.COMPONENT_ROLES)
+    # the slurm role's, and the containers' (pyxis is built against that Slurm)
+    assert changed(slurm_health_check_interval=10) == ["containers", "slurm"]
+    assert changed(horovod_extra_requirements=["torchmetrics"]) == ["horovod"]
+    # UCX's: all that builds against UCX
+    assert changed(ucx_enabled="false") == [
+        "horovod", "mpi4py", "nccl_tests", "openmpi", "ucc", "ucx",
+    ]  # fmt: skip
+    # mpi_environment's drop-in directory: named by every role that contributes to it
+    assert {"environment", "ucx", "openmpi", "nccl"} <= set(changed(mpi_env_dropin_dir="/x"))
+    assert "slurm" not in changed(mpi_env_dropin_dir="/x")
+    assert changed(mpi_slots=3) == every  # cluster-wide
+    assert changed(slurm_enabled=True) == every  # named by the shared playbooks
+
+
+def test_the_components_are_site_ymls_plays_and_their_roles() -> None:
+    validate = yaml.safe_load((ROOT / "playbooks" / "validate.yml").read_text())
+    names = validate[0]["tasks"][-1]["ansible.builtin.set_fact"]["_mpictl_components"]
+    assert names == list(state.COMPONENT_ROLES)
+    for component, role in state.COMPONENT_ROLES.items():
+        play = (ROOT / "playbooks" / f"{component}.yml").read_text()
+        assert f"name: {role}\n" in play and f"tags: [{component}]" in play, component
