@@ -63,8 +63,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
             if Path(str(item.fspath)).stem in OWN_SANDBOX:
                 item.add_marker(pytest.mark.beside)
-    # Molecule scenarios last: they reuse the artifacts the session's provision put in the cache.
-    items.sort(key=lambda item: "test_molecule" in str(item.fspath))
+    # First what needs nothing of the session's first provision (it need not wait for it), then
+    # what does, Molecule's scenarios that install its builds last (they reuse its artifacts).
+    items.sort(key=_beside_order)
+
+
+def _beside_order(item: pytest.Item) -> int:
+    if Path(str(item.fspath)).stem not in OWN_SANDBOX:
+        return 1  # the session sandbox's tests keep their order
+    if "test_molecule" in str(item.fspath):
+        from tests.integration.test_molecule import installs_builds
+
+        return 2 if installs_builds(item.callspec.params["role"]) else 0  # type: ignore[attr-defined]
+    uses = set(getattr(item, "fixturenames", ()))
+    return 1 if uses & {"warm_cache", "first_provision", "cluster", "inventory"} else 0
 
 
 @pytest.fixture(scope="session")
