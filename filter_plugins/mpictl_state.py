@@ -267,7 +267,9 @@ def mpictl_selected_components(
 ) -> list[str]:
     """The components (each play's tag is its component's name) that a run with these tags runs."""
     run, skip = set(run_tags), set(skip_tags)
-    everything = not run or "all" in run
+    everything = not run or bool({"all", "tagged"} & run)  # every component play is tagged
+    if skip & {"all", "tagged"}:
+        return []
     return [c for c in components if (everything or c in run) and c not in skip]
 
 
@@ -281,7 +283,8 @@ DEPENDS = {
     "mpi4py": ("ucx", "ucc", "openmpi"),
     "nccl_tests": ("ucx", "ucc", "openmpi", "nccl"),
     "horovod": ("ucx", "ucc", "openmpi", "mpi4py", "nccl"),
-    "containers": ("slurm",),  # pyxis is compiled against the slurm role's Slurm
+    "slurm": ("ucx", "ucc", "openmpi"),  # Slurm's mpi/pmix is built against OpenMPI's PMIx
+    "containers": ("ucx", "ucc", "openmpi", "slurm"),  # pyxis against the slurm role's Slurm
 }
 
 

@@ -37,7 +37,12 @@ fi
 fast_log=$(mktemp)
 fast_tiers >"$fast_log" 2>&1 &
 fast=$!
-bash scripts/fetch-test-sources.sh
+if ! bash scripts/fetch-test-sources.sh; then
+  echo "the test sources could not be fetched: no integration tests" >&2
+  wait "$fast" || true
+  cat "$fast_log"
+  exit 1
+fi
 # Two pytest processes side by side: the session sandbox's tests, and the tests with sandboxes
 # of their own (marker `beside`: tests/integration/conftest.py, OWN_SANDBOX; Molecule's
 # scenarios among them), which start compiling nothing the session's first provision builds:

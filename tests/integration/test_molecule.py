@@ -25,7 +25,8 @@ def installs_builds(role: Path) -> bool:
     provision (``warm_cache``) instead of compiling the same fingerprints again. The others
     (build_once's own scenario builds a dummy of its own) start at once."""
     converge = (role / "molecule" / "default" / "converge.yml").read_text()
-    used = {role.name} | set(re.findall(r"name: ([a-z0-9_]+)\n", converge))
+    roles = {p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir()}
+    used = {role.name} | (set(re.findall(r"[a-z0-9_]+", converge)) & roles)
     return role.name != "build_once" and any(
         "name: build_once" in path.read_text()
         for name in used

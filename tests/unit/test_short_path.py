@@ -281,6 +281,17 @@ def test_selected_components_follow_tags() -> None:
     assert select(comps, [], ["nccl"]) == ["ssh", "openmpi", "slurm"]
     assert select(comps, ["openmpi", "always"], []) == ["openmpi"]
     assert select(comps, ["all"], ["openmpi", "slurm"]) == ["ssh", "nccl"]
+    assert select(comps, ["tagged"], []) == comps  # every component play is tagged
+    assert select(comps, [], ["tagged"]) == []
+
+
+def test_the_preflight_covers_what_the_running_components_build_against() -> None:
+    deps = state.mpictl_with_dependencies
+    assert deps(["ucc"]) == ["ucx", "ucc"]
+    assert deps(["nccl_tests"]) == ["ucx", "ucc", "openmpi", "nccl", "nccl_tests"]
+    assert deps(["containers"]) == ["ucx", "ucc", "openmpi", "slurm", "containers"]
+    assert deps(["health", "jobs"]) == ["jobs", "health"]
+    assert deps([]) == []
 
 
 def test_converged_everywhere_is_what_every_node_holds() -> None:
@@ -400,13 +411,16 @@ def test_each_component_digests_the_variables_it_reads() -> None:
     # the slurm role's, and the containers' (pyxis is built against that Slurm)
     assert changed(slurm_health_check_interval=10) == ["containers", "slurm"]
     assert changed(horovod_extra_requirements=["torchmetrics"]) == ["horovod"]
-    # UCX's: all that builds against UCX
+    # UCX's: all that builds against UCX (Slurm against OpenMPI's PMIx, pyxis against Slurm)
     assert changed(ucx_enabled="false") == [
-        "horovod", "mpi4py", "nccl_tests", "openmpi", "ucc", "ucx",
+        "containers", "horovod", "mpi4py", "nccl_tests", "openmpi", "slurm", "ucc", "ucx",
+    ]  # fmt: skip
+    assert changed(openmpi_version="5.0.8") == [
+        "containers", "horovod", "mpi4py", "nccl_tests", "openmpi", "slurm",
     ]  # fmt: skip
     # mpi_environment's drop-in directory: named by every role that contributes to it
     assert {"environment", "ucx", "openmpi", "nccl"} <= set(changed(mpi_env_dropin_dir="/x"))
-    assert "slurm" not in changed(mpi_env_dropin_dir="/x")
+    assert not {"monitoring", "health", "ssh"} & set(changed(mpi_env_dropin_dir="/x"))
     assert changed(mpi_slots=3) == every  # cluster-wide
     assert changed(slurm_enabled=True) == every  # named by the shared playbooks
 
