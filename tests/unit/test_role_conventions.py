@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.unit.loader import load
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
 # The one home of the values several roles share (no tasks/: the per-role tests above skip it).
@@ -348,23 +350,8 @@ def test_role_tasks_carry_no_tags(role: Path) -> None:
 # The component playbooks import their role with rolespec_validate: false (one fork per node and
 # play less); the role's preflight is then the one place its argument spec is checked, in
 # site.yml's preflight play and when the role's own play runs it.
-ROLE_OF_PLAYBOOK = {
-    "ssh": "ssh_mesh",
-    "environment": "mpi_environment",
-    "hostfile": "hostfile",
-    "ucx": "ucx",
-    "ucc": "ucc",
-    "openmpi": "openmpi",
-    "mpi4py": "mpi4py",
-    "nccl": "nccl",
-    "nccl_tests": "nccl_tests",
-    "horovod": "horovod",
-    "jobs": "mpi_jobs",
-    "health": "health",
-    "monitoring": "monitoring",
-    "slurm": "slurm",
-    "containers": "containers",
-}
+# (the short path's table of each component's role: filter_plugins/mpictl_state.py)
+ROLE_OF_PLAYBOOK = load("mpictl_state", ROOT / "filter_plugins" / "mpictl_state.py").COMPONENT_ROLES
 VALIDATE = "ansible.builtin.validate_argument_spec"
 
 
