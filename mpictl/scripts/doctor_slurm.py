@@ -2,27 +2,48 @@
 
 ``python3 - NODES_JSON`` with ``{"nodes": [names], "credentials": {node: munge credential}}``
 on argv. Reports each node's state in ``sinfo`` (absent: not registered), whether ``srun -N<all>
-hostname`` answered from every node (with ``--immediate``: a busy cluster fails fast), the MPI
-plugins of ``srun --mpi=list``, and for each node whether its munge credential decodes here
-(it does only when both nodes hold the same munge key). Standard library only.
+hostname`` answered from every node (with ``--immediate``: a busy cluster fails fast; an srun
+that fails or runs out of time is stopped and its job cancelled by name, so that a node that did
+not answer is not left held by the doctor's allocation), the MPI plugins of ``srun --mpi=list``,
+and for each node whether its munge credential decodes here (it does only when both nodes hold
+the same munge key). Standard library only.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from typing import Any
 
 
 def run(cmd: list[str], stdin: str = "", timeout: float = 60) -> tuple[int, str, str]:
+    """Run ``cmd``; past ``timeout`` it gets SIGTERM (srun then gives its allocation back) and,
+    5 s later, its process group SIGKILL."""
     try:
-        p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout.strip(), p.stderr.strip()
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {timeout:.0f} s"
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
     except OSError as exc:
         return 127, "", str(exc)
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+        return proc.returncode, out.strip(), err.strip()
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        return 124, "", f"timed out after {timeout:.0f} s"
 
 
 def last(text: str) -> str:
@@ -45,10 +66,16 @@ def sinfo() -> tuple[dict[str, str], dict[str, str]]:
     return states, reasons
 
 
-def srun_hostnames(nodes: list[str]) -> dict[str, Any]:
-    cmd = ["srun", f"-N{len(nodes)}", "--ntasks-per-node=1", "--immediate=20", "-t", "1"]
+def srun_hostnames(nodes: list[str], timeout: float = 60) -> dict[str, Any]:
+    name = f"mpictl-doctor-{os.getpid()}"
+    cmd = ["srun", "-J", name, f"-N{len(nodes)}", "--ntasks-per-node=1", "--immediate=20"]
+    cmd += ["-t", "1"]
     # the Slurm node name (the inventory name), whatever the machine's host name is
-    rc, out, err = run([*cmd, "printenv", "SLURMD_NODENAME"], timeout=60)
+    rc, out, err = run([*cmd, "printenv", "SLURMD_NODENAME"], timeout=timeout)
+    if rc != 0:
+        # a node that does not answer (its prolog cannot run) keeps the allocation configuring
+        # after srun is gone: cancelled here, it holds no node once that node is back
+        run(["scancel", "--name", name], timeout=30)
     return {"rc": rc, "hosts": sorted(set(out.split())), "error": last(err)}
 
 

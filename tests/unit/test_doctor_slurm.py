@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import pytest
 
 from mpictl.doctor import slurm_checks as slurm
 from tests.unit.jobside import three
@@ -128,3 +134,43 @@ def test_the_role_default_is_the_newest_patch_release_the_role_knows() -> None:
     defaults = yaml.safe_load((paths.roles_dir() / "slurm" / "defaults" / "main.yml").read_text())
     version = defaults["slurm_version"]
     assert slurm.release_table()["newest"][".".join(version.split(".")[:2])] == version
+
+
+def head_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, srun: str) -> ModuleType:
+    """The head program with a stand-in srun (body ``srun``) and a scancel that logs its
+    arguments to ``tmp_path/scancel``."""
+    from tests.unit.loader import load
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, body in (("srun", srun), ("scancel", f'echo "$*" >> {tmp_path}/scancel\n')):
+        (bindir / name).write_text("#!/bin/sh\n" + body)
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    return load("doctor_slurm", Path(slurm.__file__).parents[1] / "scripts" / slurm.HEAD_PROGRAM)
+
+
+def test_an_srun_that_hangs_is_stopped_and_its_job_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a stopped node keeps the allocation configuring (its prolog cannot run): srun is stopped
+    # with SIGTERM past the timeout and the job cancelled by its name, so that it holds no node
+    srun = f"trap 'echo TERM > {tmp_path}/term; exit 143' TERM\nsleep 30 > /dev/null &\nwait\n"
+    program = head_program(tmp_path, monkeypatch, srun)
+    started = time.monotonic()
+    result = program.srun_hostnames(["node1", "node2", "node3"], timeout=1)
+    assert time.monotonic() - started < 10
+    assert result == {"rc": 124, "hosts": [], "error": "timed out after 1 s"}
+    assert (tmp_path / "term").read_text() == "TERM\n"
+    assert (tmp_path / "scancel").read_text() == f"--name mpictl-doctor-{os.getpid()}\n"
+
+
+def test_an_srun_that_answers_leaves_nothing_to_cancel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srun = 'for n in node1 node2 node3; do echo "$n"; done\necho "$*" > ' + f"{tmp_path}/args\n"
+    program = head_program(tmp_path, monkeypatch, srun)
+    result = program.srun_hostnames(["node1", "node2", "node3"])
+    assert result == {"rc": 0, "hosts": ["node1", "node2", "node3"], "error": ""}
+    assert (tmp_path / "args").read_text().startswith(f"-J mpictl-doctor-{os.getpid()} -N3 ")
+    assert not (tmp_path / "scancel").exists()
