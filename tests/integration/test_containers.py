@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,51 @@ def test_the_smoke_collectives_run_in_the_image_on_three_nodes(
     record = jobs.load(job_id_of(proc.stderr))
     assert record.extra.get("container") == path, record.extra
     assert record.exit_code == 0
+
+
+# Another user of the cluster than the MPI user (the same uid on every node, as a directory
+# service gives it), who runs containers through Slurm only.
+OTHER, OTHER_UID = "ada", 2345
+OTHER_DIRS = (f"/run/enroot/user-{OTHER_UID}", f"/var/cache/enroot/user-{OTHER_UID}",
+              f"/var/lib/enroot/data/user-{OTHER_UID}")  # fmt: skip
+
+
+def test_another_user_runs_the_image_through_slurm_in_directories_the_prolog_made(
+    cluster: Cluster, image: tuple[str, str]
+) -> None:
+    """enroot's directories of a user the role never saw: made by the containers role's Slurm
+    prolog (the user's own, 0700), the runtime directory removed by its epilog after the
+    user's last job on the node, the imported image's cache and the data directory kept, and
+    pyxis's container of the job gone."""
+    path, marker = image
+    add = f"groupadd -g {OTHER_UID} {OTHER} && useradd -m -u {OTHER_UID} -g {OTHER} {OTHER}"
+    for node in cluster.nodes:
+        assert ssh(node, add).returncode == 0, node.name
+    try:
+        for node in cluster.nodes:  # a user never seen: none of the directories exist yet
+            absent = f"for d in {' '.join(OTHER_DIRS)}; do test ! -e $d || exit 1; done"
+            assert ssh(node, absent).returncode == 0, node.name
+        says = shlex.quote('echo "$(id -u) in $(cat /etc/mpictl-image)"')
+        proc = ssh(
+            cluster.head,
+            f"cd /home/{OTHER} && runuser -u {OTHER} -- srun -N3 --ntasks-per-node=1"
+            f" --container-image={path} sh -c {says}",
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.splitlines() == [f"{OTHER_UID} in {marker}"] * 3, proc.stdout
+        stat = f"stat -c '%n %U %a' {' '.join(OTHER_DIRS[1:])}; ls -A {OTHER_DIRS[2]}"
+        kept = [f"{d} {OTHER} 700" for d in OTHER_DIRS[1:]]
+        for node in cluster.nodes:
+            deadline = time.monotonic() + 30  # the epilog runs after srun returned
+            while ssh(node, f"test -e {OTHER_DIRS[0]}").returncode == 0:
+                assert time.monotonic() < deadline, f"{node.name}: {OTHER_DIRS[0]} stays"
+                time.sleep(1)
+            proc = ssh(node, stat)
+            assert proc.stdout.splitlines() == kept, (node.name, proc.stdout, proc.stderr)
+    finally:
+        for node in cluster.nodes:
+            ssh(node, f"userdel -r {OTHER} 2>/dev/null; rm -rf {' '.join(OTHER_DIRS)}")
 
 
 def test_a_rank_that_fails_in_the_image_fails_the_job_with_its_code(

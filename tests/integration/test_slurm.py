@@ -81,6 +81,32 @@ def test_every_node_runs_the_slurm_release_the_role_built(
         )
 
 
+def journal_lines(cluster: Cluster, tag: str, word: str, want: int) -> dict[str, list[str]]:
+    """node -> the lines of the node's journal with ``tag`` that hold ``word``, once every
+    node has ``want`` of them (the epilog runs after srun returned), or after 30 s."""
+    lines: dict[str, list[str]] = {}
+    deadline = time.monotonic() + 30
+    while True:
+        for node in cluster.nodes:
+            proc = ssh(
+                node, f"journalctl -q -t {tag} -o cat --no-pager | grep -F -- {shlex.quote(word)}"
+            )
+            lines[node.name] = proc.stdout.splitlines()
+        if all(len(v) >= want for v in lines.values()) or time.monotonic() > deadline:
+            return lines
+        time.sleep(1)
+
+
+def test_every_job_leaves_a_start_and_an_end_line_in_each_nodes_journal(cluster: Cluster) -> None:
+    # the slurm role's prolog and epilog (/etc/slurm/prolog.d, epilog.d: 00-mpictl-log)
+    proc = ssh_mpi(cluster.head, "srun -N3 --ntasks-per-node=1 printenv SLURM_JOB_ID")
+    assert proc.returncode == 0, proc.stderr
+    (job,) = set(proc.stdout.split())
+    lines = journal_lines(cluster, "slurm-job", f"job={job} ", 2)
+    want = [f"job={job} user=mpi start", f"job={job} user=mpi end exit=0:0"]
+    assert lines == dict.fromkeys(cluster.names, want), lines
+
+
 def test_srun_and_its_ranks_share_openmpis_one_libpmix(cluster: Cluster) -> None:
     """Slurm's PMIx server (in slurmstepd, the ranks' parent) and the ranks' PMIx client map the
     same library file: the one of the cluster's OpenMPI. Read as root (slurmstepd's maps)."""

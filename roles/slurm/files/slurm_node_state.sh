@@ -5,9 +5,10 @@
 # build the prefix holds), "version V" (what its sinfo says), "uid N" and "gid N" (of the slurm
 # user and group), "links ok" (every command of the prefix linked from /usr/local/bin or sbin),
 # "stat PATH MODE USER GROUP" (and "sha256 PATH HEX" of files: munge key, Slurm files, systemd
-# units; configuration, state and log directories), "service NAME ACTIVE ENABLED", "cgroup rw|ro", "member NAME" for
-# each node the node's slurm.conf lists (the cluster as the last run left it: a node since
-# taken out of the inventory is named here, and the munge key it holds is replaced), and the
+# units, the role's prolog and epilog; configuration, prolog, epilog, state and log
+# directories), "service NAME ACTIVE ENABLED", "cgroup rw|ro", "member NAME" for each node the
+# node's slurm.conf lists (the cluster as the last run left it: a node since taken out of the
+# inventory is named here, and the munge key it holds is replaced), and the
 # PMIx to build against: "pmix HOME", "pmix-files yes" where HOME holds include/pmix.h and
 # lib/libpmix.so, "pmix-hwloc yes" where it holds include/hwloc.h and lib/libhwloc.so,
 # "pmix-marker M" (the openmpi role's marker there, else the PMIx version).
@@ -36,12 +37,13 @@ for f in "$prefix"/bin/* "$prefix"/sbin/*; do
 done
 echo "links $links"
 for f in /etc/munge/munge.key /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/cgroup.conf \
-  /etc/slurm/mpi.conf /etc/systemd/system/slurmd.service /etc/systemd/system/slurmctld.service; do
+  /etc/slurm/mpi.conf /etc/systemd/system/slurmd.service /etc/systemd/system/slurmctld.service \
+  /etc/slurm/prolog.d/00-mpictl-log /etc/slurm/epilog.d/00-mpictl-log; do
   [ -e "$f" ] || continue
   stat -c 'stat %n %a %U %G' "$f"
   sha256sum "$f" | awk '{print "sha256 " $2 " " $1}'
 done
-for d in /etc/slurm /var/lib/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm; do
+for d in /etc/slurm /etc/slurm/prolog.d /etc/slurm/epilog.d /var/lib/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm; do
   [ -d "$d" ] && stat -c 'stat %n %a %U %G' "$d"
 done
 [ -f /etc/slurm/slurm.conf ] && sed -n 's/^NodeName=\([^[:space:]]*\).*/member \1/p' /etc/slurm/slurm.conf

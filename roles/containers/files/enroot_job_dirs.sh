@@ -1,0 +1,83 @@
+#!/bin/sh
+# Slurm's prolog and epilog for enroot (roles/containers: 50-mpictl-enroot in slurm_prolog_dir
+# and slurm_epilog_dir; Slurm runs it as root with SLURM_SCRIPT_CONTEXT prolog_slurmd or
+# epilog_slurmd).
+#
+# enroot makes its runtime, cache and data directories itself, as the user, under parents that
+# are root's (0755): so that every user of the cluster can run a container (pyxis: srun
+# --container-image), the prolog makes the job user's directories, the user's own with mode 0700,
+# at the paths of enroot's settings (enroot.conf.d/mpictl.conf, its "$(id -u)" the job's uid;
+# a directory that exists is left as it is). The epilog removes the user's runtime directory
+# (enroot's state on tmpfs) once no other job of the user runs on the node, as the user; the
+# MPI user's directories, which the role keeps for mpirun (tmpfiles.d/mpictl-enroot.conf), stay.
+# pyxis removes its own containers of the job (its SPANK epilog).
+#
+# Never fails the job: a directory that cannot be made is one line in slurmd's log (the
+# container then fails with enroot's own message), not a drained node.
+set -u
+umask 022
+PATH=${PATH:+$PATH:}/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+conf=${MPICTL_ENROOT_CONF:-/etc/enroot/enroot.conf.d/mpictl.conf}
+kept=${MPICTL_ENROOT_KEPT:-/etc/tmpfiles.d/mpictl-enroot.conf}
+me=50-mpictl-enroot
+uid=${SLURM_JOB_UID:-}
+gid=${SLURM_JOB_GID:-}
+job=${SLURM_JOB_ID:-}
+
+say() { echo "$me: job $job uid $uid: $*" >&2; }
+
+# The directory enroot's settings name for KEY ($1), "$(id -u)" replaced by the job's uid; empty
+# when the setting is absent or is not an absolute path once replaced (nothing else is
+# evaluated: root never runs what the path says).
+path() {
+  awk -v key="$1" -v uid="$uid" '
+    $1 == key {
+      p = $0; t = "$(id -u)"
+      sub(/^[ \t]*[^ \t]+[ \t]+/, "", p); sub(/[ \t]+$/, "", p)
+      while ((i = index(p, t)) > 0) p = substr(p, 1, i - 1) uid substr(p, i + length(t))
+      if (p ~ /^\/[^$`\\]*$/ && p !~ /(^|\/)\.\.?(\/|$)/) print p
+      exit
+    }' "$conf" 2>/dev/null
+}
+
+case "$uid:$gid:$job" in
+  *[!0-9:]* | :* | *::* | *:) say "no SLURM_JOB_UID, SLURM_JOB_GID or SLURM_JOB_ID: nothing done"; exit 0 ;;
+esac
+[ "$uid" = 0 ] && exit 0 # root's enroot needs nothing made
+[ -r "$conf" ] || exit 0  # enroot is not set up here (any more)
+
+case ${SLURM_SCRIPT_CONTEXT:-} in
+  prolog_slurmd)
+    for key in ENROOT_RUNTIME_PATH ENROOT_CACHE_PATH ENROOT_DATA_PATH; do
+      dir=$(path "$key")
+      if [ -z "$dir" ]; then
+        say "$key in $conf is not an absolute path: not made"
+      elif [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
+        # the parents are root's (0755): a user cannot put a link where the directory goes
+        if ! { mkdir -p "$(dirname "$dir")" && mkdir -m 0700 "$dir" && chown "$uid:$gid" "$dir"; }; then
+          say "could not make $dir"
+        fi
+      fi
+    done
+    ;;
+  epilog_slurmd)
+    dir=$(path ENROOT_RUNTIME_PATH)
+    [ -n "$dir" ] && [ -d "$dir" ] && [ ! -L "$dir" ] || exit 0
+    # the directories the role keeps (the MPI user's: mpirun runs containers outside Slurm)
+    if awk -v d="$dir" '$1 == "d" && $2 == d {found = 1} END {exit !found}' "$kept" 2>/dev/null; then
+      exit 0
+    fi
+    if ! others=$(squeue -h -u "$uid" -w "${SLURMD_NODENAME:-$(hostname -s)}" -o %A 2>&1); then
+      say "squeue did not answer ($others): $dir kept"
+      exit 0
+    fi
+    if printf '%s\n' "$others" | grep -qvx -e "$job" -e ''; then
+      exit 0 # another job of the user still runs here
+    fi
+    # as the user: what the user's containers left is the user's; then the empty directory
+    (cd "$dir" && setpriv --reuid="$uid" --regid="$gid" --clear-groups -- \
+      find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null)
+    rmdir -- "$dir" 2>/dev/null || say "$dir not empty: kept"
+    ;;
+esac
+exit 0

@@ -1,0 +1,163 @@
+"""The containers role's Slurm prolog and epilog (roles/containers/files/enroot_job_dirs.sh), run
+here as Slurm runs it: as root, with the job's ids in its environment and enroot's settings
+in a file. The job's user is ``nobody`` (65534): root makes its directories and the epilog
+removes them as that user."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mpictl import paths
+
+SCRIPT = paths.roles_dir() / "containers" / "files" / "enroot_job_dirs.sh"
+UID = 65534
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="Slurm runs its prolog as root")
+
+
+def settings(tmp_path: Path, runtime: str = "") -> Path:
+    conf = tmp_path / "mpictl.conf"
+    conf.write_text(
+        "# Written by mpictl (roles/containers); enroot evaluates $(...) per user.\n"
+        f"ENROOT_RUNTIME_PATH        {runtime or tmp_path / 'run/enroot/user-$(id -u)'}\n"
+        f"ENROOT_CACHE_PATH          {tmp_path}/cache/enroot/user-$(id -u)\n"
+        f"ENROOT_DATA_PATH           {tmp_path}/lib/enroot/data/user-$(id -u)\n"
+        "ENROOT_SQUASH_OPTIONS      -noI -noD -noF -noX -no-duplicates\n"
+    )
+    return conf
+
+
+def run(
+    tmp_path: Path, context: str, squeue: str = "", job: str = "42", **env: str
+) -> subprocess.CompletedProcess[str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "squeue").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/squeue.args\n{squeue}')
+    (bindir / "squeue").chmod(0o755)
+    environ = {
+        "PATH": f"{bindir}:/usr/bin:/bin",
+        "MPICTL_ENROOT_CONF": str(tmp_path / "mpictl.conf"),
+        "MPICTL_ENROOT_KEPT": str(tmp_path / "tmpfiles.conf"),
+        "SLURM_SCRIPT_CONTEXT": context,
+        "SLURM_JOB_UID": str(UID),
+        "SLURM_JOB_GID": str(UID),
+        "SLURM_JOB_ID": job,
+        "SLURMD_NODENAME": "node2",
+        **env,
+    }
+    return subprocess.run(
+        ["sh", str(SCRIPT)], env=environ, capture_output=True, text=True, timeout=30
+    )
+
+
+def owner_mode(path: Path) -> tuple[int, int, str]:
+    st = path.lstat()
+    return st.st_uid, st.st_gid, oct(stat.S_IMODE(st.st_mode))
+
+
+def test_the_prolog_makes_the_job_users_three_directories_its_own(tmp_path: Path) -> None:
+    settings(tmp_path)
+    done = run(tmp_path, "prolog_slurmd")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    for dir in ("run/enroot", "cache/enroot", "lib/enroot/data"):
+        assert owner_mode(tmp_path / dir / f"user-{UID}") == (UID, UID, "0o700"), dir
+        assert owner_mode(tmp_path / dir) == (0, 0, "0o755"), dir  # the parents stay root's
+    # a second job: nothing changes, a directory the user changed stays as the user left it
+    (tmp_path / f"cache/enroot/user-{UID}").chmod(0o750)
+    assert run(tmp_path, "prolog_slurmd", job="43").returncode == 0
+    assert owner_mode(tmp_path / f"cache/enroot/user-{UID}") == (UID, UID, "0o750")
+
+
+def test_a_path_that_is_not_absolute_once_the_uid_is_in_is_not_made(tmp_path: Path) -> None:
+    # root evaluates nothing of the path: $(id -g), `...` or a relative path are refused
+    for runtime in ("x/user-$(id -g)", "run/enroot/user-$(id -u)", "`id`/x", "a/../b"):
+        where = runtime if runtime.startswith("run") else f"{tmp_path}/{runtime}"
+        settings(tmp_path, runtime=where)
+        done = run(tmp_path, "prolog_slurmd")
+        assert done.returncode == 0, done.stderr
+        assert "ENROOT_RUNTIME_PATH" in done.stderr and "not an absolute path" in done.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "x").exists()
+    assert not (tmp_path / "b").exists() and not (tmp_path / "a").exists()
+    assert (tmp_path / f"cache/enroot/user-{UID}").is_dir()  # the others are made
+
+
+def test_no_job_ids_is_one_line_and_nothing_made(tmp_path: Path) -> None:
+    settings(tmp_path)
+    for env in ({"SLURM_JOB_UID": ""}, {"SLURM_JOB_GID": "x"}, {"SLURM_JOB_ID": ""}):
+        done = run(tmp_path, "prolog_slurmd", **env)
+        assert done.returncode == 0 and "nothing done" in done.stderr, env
+    assert not (tmp_path / "run").exists()
+
+
+def runtime_with_state(tmp_path: Path) -> Path:
+    settings(tmp_path)
+    assert run(tmp_path, "prolog_slurmd").returncode == 0
+    runtime = tmp_path / f"run/enroot/user-{UID}"
+    (runtime / "state").mkdir()
+    (runtime / "state" / "pid").write_text("1\n")
+    os.chown(runtime / "state", UID, UID)
+    os.chown(runtime / "state" / "pid", UID, UID)
+    return runtime
+
+
+def test_the_epilog_of_the_users_last_job_on_the_node_removes_the_runtime_dir(
+    tmp_path: Path,
+) -> None:
+    runtime = runtime_with_state(tmp_path)
+    done = run(tmp_path, "epilog_slurmd", squeue="echo 42\n")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert not runtime.exists()
+    assert (tmp_path / f"cache/enroot/user-{UID}").is_dir()  # imported images stay
+    assert (tmp_path / f"lib/enroot/data/user-{UID}").is_dir()
+    assert (tmp_path / "squeue.args").read_text() == f"-h -u {UID} -w node2 -o %A\n"
+
+
+@pytest.mark.parametrize(
+    ("squeue", "why"),
+    [
+        ("echo 42\necho 57\n", ""),  # another job of the user runs here
+        ("echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2\nexit 1\n", "kept"),
+    ],
+)
+def test_the_runtime_dir_stays_while_another_job_may_use_it(
+    tmp_path: Path, squeue: str, why: str
+) -> None:
+    runtime = runtime_with_state(tmp_path)
+    done = run(tmp_path, "epilog_slurmd", squeue=squeue)
+    assert done.returncode == 0
+    assert (runtime / "state" / "pid").is_file()
+    assert (why in done.stderr) if why else done.stderr == ""
+    if why:
+        assert "Unable to contact slurm controller" in done.stderr
+
+
+def test_the_mpi_users_directories_the_role_keeps_stay(tmp_path: Path) -> None:
+    runtime = runtime_with_state(tmp_path)
+    (tmp_path / "tmpfiles.conf").write_text(
+        f"d {tmp_path}/run/enroot 0755 root root -\nd {runtime} 0700 {UID} {UID} -\n"
+    )
+    assert run(tmp_path, "epilog_slurmd", squeue="echo 42\n").returncode == 0
+    assert (runtime / "state" / "pid").is_file()
+    assert not (tmp_path / "squeue.args").exists()
+
+
+def test_the_epilog_removes_as_the_user_never_through_a_users_link(tmp_path: Path) -> None:
+    # the user put a link to a root file in the runtime dir: removed is the link, not the file
+    runtime = runtime_with_state(tmp_path)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "file").write_text("root's\n")
+    (runtime / "link").symlink_to(precious)
+    os.lchown(runtime / "link", UID, UID)
+    assert run(tmp_path, "epilog_slurmd", squeue="echo 42\n").returncode == 0
+    assert not runtime.exists() and (precious / "file").read_text() == "root's\n"
+
+
+def test_a_node_without_enroots_settings_is_left_alone(tmp_path: Path) -> None:
+    done = run(tmp_path, "prolog_slurmd")  # no mpictl.conf
+    assert done.returncode == 0 and done.stderr == "" and not (tmp_path / "run").exists()
