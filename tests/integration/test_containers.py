@@ -9,9 +9,11 @@ names a node without enroot."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 from mpictl import jobs, sandbox
 from mpictl.inventory import Cluster
 from mpictl.sandbox import image as node_image
-from tests.integration.nodes import ROOT, run_cli, ssh
+from tests.integration.nodes import ROOT, run_cli, ssh, ssh_mpi
 from tests.integration.test_jobs import VENV_PY, job_id_of
 from tests.integration.test_shared_dir import mount_hidden
 
@@ -99,6 +101,35 @@ def test_the_smoke_collectives_run_in_the_image_on_three_nodes(
     record = jobs.load(job_id_of(proc.stderr))
     assert record.extra.get("container") == path, record.extra
     assert record.exit_code == 0
+
+
+def test_a_new_file_at_the_images_path_replaces_its_unpack_on_every_node(
+    cluster: Cluster, image: tuple[str, str]
+) -> None:
+    path, _ = image
+    host_dir = sandbox.read_sandbox(cluster.source).shared_host_dir() / "images"
+    copy = host_dir / "replaced.sqsh"
+    shutil.copyfile(host_dir / Path(path).name, copy)
+    shared = f"{SHARED}/images/{copy.name}"
+
+    def unpacks() -> dict[str, list[str]]:
+        proc = run_cli(
+            "run", "-i", str(cluster.source), "-np", "3", "--ppn", "1", "--container", shared,
+            "--", "true", timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return {n.name: ssh_mpi(n, "enroot list").stdout.split() for n in cluster.nodes}
+
+    try:
+        before = unpacks()
+        os.utime(copy, (copy.stat().st_mtime + 60,) * 2)  # a new file at the same path
+        after = unpacks()
+    finally:
+        copy.unlink()
+    for node in cluster.names:
+        (old,) = set(before[node]) - set(after[node])  # the earlier version's unpack is gone
+        (new,) = set(after[node]) - set(before[node])
+        assert old.rpartition("-")[0] == new.rpartition("-")[0], (old, new)  # the same path's
 
 
 # Another user of the cluster than the MPI user (the same uid on every node, as a directory
