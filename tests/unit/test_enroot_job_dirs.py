@@ -161,3 +161,18 @@ def test_the_epilog_removes_as_the_user_never_through_a_users_link(tmp_path: Pat
 def test_a_node_without_enroots_settings_is_left_alone(tmp_path: Path) -> None:
     done = run(tmp_path, "prolog_slurmd")  # no mpictl.conf
     assert done.returncode == 0 and done.stderr == "" and not (tmp_path / "run").exists()
+
+
+def test_the_files_go_where_the_slurm_roles_slurm_conf_runs_them() -> None:
+    import yaml
+
+    def role_vars(role: str) -> dict:
+        return yaml.safe_load((paths.roles_dir() / role / "vars" / "main.yml").read_text())
+
+    slurm = role_vars("slurm")["_slurm_job_dirs"]
+    files = role_vars("containers")["_containers_job_files"]
+    assert [str(Path(f).parent) for f in files] == [slurm["prolog"], slurm["epilog"]]
+    assert {Path(f).name for f in files} == {"50-mpictl-enroot"}
+    conf = (paths.roles_dir() / "slurm" / "templates" / "slurm.conf.j2").read_text()
+    assert "Prolog={{ _slurm_job_dirs.prolog }}/*" in conf
+    assert "Epilog={{ _slurm_job_dirs.epilog }}/*" in conf
