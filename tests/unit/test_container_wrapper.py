@@ -14,7 +14,8 @@ from mpictl import paths
 WRAPPER = paths.package_dir() / "scripts" / "mpictl-container"
 
 # enroot as the wrapper uses it: version, list [-f], create -n NAME IMAGE, remove -f NAME, start.
-# Containers are files of $DATA; the names in $DATA/.running have a process (list -f shows it).
+# Containers are files of $DATA; the names in $DATA/.running have a process (list -f shows it);
+# start's mounts (-m) are written to $DATA/.mounts.
 FAKE_ENROOT = r"""#!/bin/bash
 echo "$*" >> "$DATA/.calls"
 case $1 in
@@ -34,7 +35,13 @@ case $1 in
     fi ;;
   create) touch "$DATA/$3" ;;
   remove) rm "$DATA/$3" ;;
-  start) shift; while [ "${1:-}" != "${1#-}" ]; do shift 2; done; echo "started $1" ;;
+  start)
+    shift
+    while [ "${1:-}" != "${1#-}" ]; do
+      if [ "$1" = -m ]; then echo "$2" >> "$DATA/.mounts"; fi
+      shift 2
+    done
+    echo "started $1" ;;
 esac
 """
 
@@ -53,14 +60,14 @@ def setup(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return env, image
 
 
-def start(env: dict[str, str], image: Path) -> str:
+def start(env: dict[str, str], image: Path, *opts: str, cwd: str = "/") -> str:
     proc = subprocess.run(
-        ["bash", str(WRAPPER), str(image), "--", "true"],
+        ["bash", str(WRAPPER), str(image), *opts, "--", "true"],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
-        cwd="/",
+        cwd=cwd,
     )
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()
@@ -122,3 +129,43 @@ def test_a_failing_list_removes_nothing(tmp_path: Path) -> None:
     os.utime(image, (1_000_000, 1_000_000))
     second = start(env, image)
     assert containers(env) == {first, second, ".calls"}
+
+
+def test_the_mounts_under_mpirun_are_the_ones_pyxis_is_given(tmp_path: Path) -> None:
+    """One list of what a container gets from the host (the cluster's /opt directories, the
+    shared and working directories, the driver's files): enroot's -m under mpirun, pyxis's
+    --container-mounts under Slurm; mpirun adds PMIx's directories and the job's own mounts."""
+    env, image = setup(tmp_path)
+    tops = sorted(p for p in Path("/opt").iterdir() if p.is_dir())[:2]  # what this machine has
+    for dir in ("shared", "work", "pmix"):
+        (tmp_path / dir).mkdir()
+    env.update(
+        PATH=":".join(f"{top}/bin" for top in tops) + ":" + env["PATH"],
+        MPICTL_SHARED_DIR=str(tmp_path / "shared"),
+        PMIX_SERVER_TMPDIR=str(tmp_path / "pmix"),
+    )
+    work = str(tmp_path / "work")
+    start(env, image, "-m", "/data:/data:none:x-create=dir,rbind,nosuid,ro", cwd=work)
+    mounts = Path(env["DATA"], ".mounts").read_text().splitlines()
+    rw = "none:x-create=dir,rbind,rw,nosuid"
+    assert [f"{top}:{top}:none:x-create=dir,bind,ro,nosuid" for top in tops] == mounts[: len(tops)]
+    assert f"{tmp_path}/shared:{tmp_path}/shared:{rw}" in mounts
+    assert f"{work}:{work}:{rw}" in mounts
+    assert mounts[-2:] == [
+        f"{tmp_path}/pmix:{tmp_path}/pmix:{rw}",
+        "/data:/data:none:x-create=dir,rbind,nosuid,ro",
+    ]
+    pyxis = subprocess.run(
+        ["bash", str(WRAPPER), "--mounts"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=work,
+        timeout=60,
+    )
+    assert pyxis.returncode == 0, pyxis.stderr
+
+    def pairs(specs: list[str]) -> set[tuple[str, str, bool]]:
+        return {(s.split(":")[0], s.split(":")[1], ",ro," in s or s.endswith(":ro")) for s in specs}
+
+    assert pairs(pyxis.stdout.strip().split(",")) == pairs(mounts[:-2])
