@@ -11,6 +11,7 @@ the same munge key). Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -41,8 +42,12 @@ def run(cmd: list[str], stdin: str = "", timeout: float = 60) -> tuple[int, str,
         try:
             proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            with contextlib.suppress(ProcessLookupError):  # the group ended meanwhile
+                os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # a grandchild outside the group holds a pipe
+                proc.kill()
         return 124, "", f"timed out after {timeout:.0f} s"
 
 
@@ -75,7 +80,7 @@ def srun_hostnames(nodes: list[str], timeout: float = 60) -> dict[str, Any]:
     if rc != 0:
         # a node that does not answer (its prolog cannot run) keeps the allocation configuring
         # after srun is gone: cancelled here, it holds no node once that node is back
-        run(["scancel", "--name", name], timeout=30)
+        run(["scancel", "--me", "--name", name], timeout=30)
     return {"rc": rc, "hosts": sorted(set(out.split())), "error": last(err)}
 
 

@@ -5,6 +5,7 @@ process runs in it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -76,7 +77,7 @@ def start(env: dict[str, str], image: Path, *opts: str, cwd: str = "/") -> str:
 
 
 def containers(env: dict[str, str]) -> set[str]:
-    return set(os.listdir(env["DATA"]))
+    return {name for name in os.listdir(env["DATA"]) if not name.startswith(".")}
 
 
 def calls(env: dict[str, str], verb: str) -> list[str]:
@@ -90,7 +91,7 @@ def test_an_image_is_unpacked_once_and_started_each_time(tmp_path: Path) -> None
     assert calls(env, "create") == [f"create -n {first} {image}"]
     family, _, version = first.rpartition("-")
     assert len(family) == len("mpictl-") + 8 and len(version) == 16
-    assert containers(env) == {first, ".calls"}
+    assert containers(env) == {first}
 
 
 def test_a_new_file_at_the_path_replaces_the_unpack_no_process_runs_in(tmp_path: Path) -> None:
@@ -105,7 +106,7 @@ def test_a_new_file_at_the_path_replaces_the_unpack_no_process_runs_in(tmp_path:
     os.utime(image, (1_000_000, 1_000_000))  # a new file at the same path
     second = start(env, image)
     assert second != first and second.rpartition("-")[0] == first.rpartition("-")[0]
-    assert containers(env) == {second, other, "someones-own", ".calls"}
+    assert containers(env) == {second, other, "someones-own"}
     assert sorted(calls(env, "remove")) == sorted([f"remove -f {first}", f"remove -f {legacy}"])
 
 
@@ -115,8 +116,27 @@ def test_an_unpack_a_process_runs_in_stays_until_the_next_new_file(tmp_path: Pat
     Path(env["DATA"], ".running").write_text(f"{first}\n")
     os.utime(image, (1_000_000, 1_000_000))
     second = start(env, image)
-    assert containers(env) == {first, second, ".calls", ".running"}
+    assert containers(env) == {first, second}
     assert calls(env, "remove") == []
+
+
+def test_an_unpack_a_start_holds_stays(tmp_path: Path) -> None:
+    # a rank of another job took the earlier version and is still in `enroot start`, before
+    # its process is in the container (which `enroot list -f` would show): its lock keeps it
+    env, image = setup(tmp_path)
+    first = start(env, image)
+    fd = os.open(f"/tmp/.mpictl-container-{os.getuid()}-{first}.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.utime(image, (1_000_000, 1_000_000))
+        second = start(env, image)
+        assert containers(env) == {first, second}
+    finally:
+        os.close(fd)
+    third_version = (2_000_000, 2_000_000)
+    os.utime(image, third_version)  # the next start removes both, now that nothing uses them
+    third = start(env, image)
+    assert containers(env) == {third}
 
 
 def test_a_failing_list_removes_nothing(tmp_path: Path) -> None:
@@ -128,7 +148,7 @@ def test_a_failing_list_removes_nothing(tmp_path: Path) -> None:
     )
     os.utime(image, (1_000_000, 1_000_000))
     second = start(env, image)
-    assert containers(env) == {first, second, ".calls"}
+    assert containers(env) == {first, second}
 
 
 def test_the_mounts_under_mpirun_are_the_ones_pyxis_is_given(tmp_path: Path) -> None:

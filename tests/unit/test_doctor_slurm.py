@@ -162,7 +162,7 @@ def test_an_srun_that_hangs_is_stopped_and_its_job_cancelled(
     assert time.monotonic() - started < 10
     assert result == {"rc": 124, "hosts": [], "error": "timed out after 1 s"}
     assert (tmp_path / "term").read_text() == "TERM\n"
-    assert (tmp_path / "scancel").read_text() == f"--name mpictl-doctor-{os.getpid()}\n"
+    assert (tmp_path / "scancel").read_text() == f"--me --name mpictl-doctor-{os.getpid()}\n"
 
 
 def test_an_srun_that_answers_leaves_nothing_to_cancel(

@@ -5,9 +5,11 @@ removes them as that user."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -32,14 +34,14 @@ def settings(tmp_path: Path, runtime: str = "") -> Path:
     return conf
 
 
-def run(
+def environment(
     tmp_path: Path, context: str, squeue: str = "", job: str = "42", **env: str
-) -> subprocess.CompletedProcess[str]:
+) -> dict[str, str]:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     (bindir / "squeue").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/squeue.args\n{squeue}')
     (bindir / "squeue").chmod(0o755)
-    environ = {
+    return {
         "PATH": f"{bindir}:/usr/bin:/bin",
         "MPICTL_ENROOT_CONF": str(tmp_path / "mpictl.conf"),
         "MPICTL_ENROOT_KEPT": str(tmp_path / "tmpfiles.conf"),
@@ -50,8 +52,17 @@ def run(
         "SLURMD_NODENAME": "node2",
         **env,
     }
+
+
+def run(
+    tmp_path: Path, context: str, squeue: str = "", job: str = "42", **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["sh", str(SCRIPT)], env=environ, capture_output=True, text=True, timeout=30
+        ["sh", str(SCRIPT)],
+        env=environment(tmp_path, context, squeue, job, **env),
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
 
 
@@ -156,6 +167,67 @@ def test_the_epilog_removes_as_the_user_never_through_a_users_link(tmp_path: Pat
     os.lchown(runtime / "link", UID, UID)
     assert run(tmp_path, "epilog_slurmd", squeue="echo 42\n").returncode == 0
     assert not runtime.exists() and (precious / "file").read_text() == "root's\n"
+
+
+def test_the_epilog_removes_only_what_the_user_may(tmp_path: Path) -> None:
+    # root's directory in the user's runtime dir: the user cannot remove it, nor can the epilog
+    runtime = runtime_with_state(tmp_path)
+    (runtime / "roots").mkdir()
+    (runtime / "roots" / "file").write_text("root's\n")
+    done = run(tmp_path, "epilog_slurmd", squeue="echo 42\n")
+    assert done.returncode == 0 and f"{runtime} not empty: kept" in done.stderr
+    assert (runtime / "roots" / "file").read_text() == "root's\n"
+    assert not (runtime / "state").exists()  # the user's own went
+
+
+def test_what_another_user_put_on_the_path_is_left_alone(tmp_path: Path) -> None:
+    settings(tmp_path)
+    for dir in ("run/enroot", "cache/enroot"):
+        (tmp_path / dir).mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f"run/enroot/user-{UID}").symlink_to(elsewhere)  # a link where the dir goes
+    (tmp_path / f"cache/enroot/user-{UID}").mkdir()  # root's, not the user's
+    done = run(tmp_path, "prolog_slurmd")
+    assert done.returncode == 0
+    for dir in ("run", "cache"):
+        assert f"{tmp_path}/{dir}/enroot/user-{UID} is there and is not the user's" in done.stderr
+    assert (
+        owner_mode(elsewhere)[0] == 0 and owner_mode(tmp_path / f"cache/enroot/user-{UID}")[0] == 0
+    )
+    assert owner_mode(tmp_path / f"lib/enroot/data/user-{UID}") == (UID, UID, "0o700")
+
+
+def test_a_parent_others_may_write_is_refused_and_a_sticky_one_is_not(tmp_path: Path) -> None:
+    settings(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run").chmod(0o777)  # anyone could make run/enroot first
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache").chmod(0o1777)  # sticky, as /tmp
+    done = run(tmp_path, "prolog_slurmd")
+    assert done.returncode == 0
+    assert "ENROOT_RUNTIME_PATH: a directory above" in done.stderr and "not made" in done.stderr
+    assert not (tmp_path / "run/enroot").exists()
+    assert owner_mode(tmp_path / f"cache/enroot/user-{UID}") == (UID, UID, "0o700")
+    assert owner_mode(tmp_path / "cache/enroot") == (0, 0, "0o755")
+
+
+def test_the_epilog_waits_for_a_prolog_of_the_same_node(tmp_path: Path) -> None:
+    # the runtime directories' parent is the lock of a prolog's and an epilog's check and change
+    runtime = runtime_with_state(tmp_path)
+    fd = os.open(runtime.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        epilog = subprocess.Popen(
+            ["sh", str(SCRIPT)], env=environment(tmp_path, "epilog_slurmd", "echo 42\n")
+        )
+        time.sleep(1.5)
+        assert epilog.poll() is None and (runtime / "state" / "pid").is_file()
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    assert epilog.wait(timeout=30) == 0
+    assert not runtime.exists()
 
 
 def test_a_node_without_enroots_settings_is_left_alone(tmp_path: Path) -> None:
