@@ -1,7 +1,7 @@
 #!/bin/sh
-# Slurm's prolog and epilog for enroot (roles/containers: 50-mpictl-enroot in slurm_prolog_dir
-# and slurm_epilog_dir; Slurm runs it as root with SLURM_SCRIPT_CONTEXT prolog_slurmd or
-# epilog_slurmd).
+# Slurm's prolog and epilog for enroot (roles/containers: 50-mpictl-enroot in the slurm role's
+# /etc/slurm/prolog.d and epilog.d; Slurm runs it as root with SLURM_SCRIPT_CONTEXT
+# prolog_slurmd or epilog_slurmd).
 #
 # enroot makes its runtime, cache and data directories itself, as the user, under parents that
 # are root's (0755): so that every user of the cluster can run a container (pyxis: srun
