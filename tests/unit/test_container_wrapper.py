@@ -28,7 +28,7 @@ case $1 in
         if grep -qx "$f" "$DATA/.running" 2>/dev/null; then
           echo "$f  4242  bash  S  10:00  01:00  1  2  bash"
         else
-          echo "$f"
+          echo "$f                                 "  # column -t pads every line
         fi
       done
     else

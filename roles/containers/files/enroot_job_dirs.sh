@@ -23,7 +23,9 @@
 # container then fails with enroot's own message), not a drained node.
 set -u
 umask 022
+# Slurm gives a prolog no PATH: set here, and exported for the programs it runs (timeout's squeue).
 PATH=${PATH:+$PATH:}/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
+export PATH
 conf=${MPICTL_ENROOT_CONF:-/etc/enroot/enroot.conf.d/mpictl.conf}
 kept=${MPICTL_ENROOT_KEPT:-/etc/tmpfiles.d/mpictl-enroot.conf}
 me=50-mpictl-enroot
@@ -102,7 +104,7 @@ case ${SLURM_SCRIPT_CONTEXT:-} in
       exit 0
     fi
     lock "$(dirname "$dir")" || { say "$(dirname "$dir") stays locked: $dir kept"; exit 0; }
-    if ! others=$(timeout 10 squeue -h -u "$uid" -w "${SLURMD_NODENAME:-$(hostname -s)}" -o %A 2>&1); then
+    if ! others=$(timeout 10 "$(command -v squeue || echo squeue)" -h -u "$uid" -w "${SLURMD_NODENAME:-$(hostname -s)}" -o %A 2>&1); then
       say "squeue did not answer ($others): $dir kept"
       exit 0
     fi
