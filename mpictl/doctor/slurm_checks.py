@@ -40,7 +40,9 @@ def ask_head(
         for name, d in data.items()
         if (d.get("slurm") or {}).get("credential")
     }
-    spec = {"nodes": cluster.names, "credentials": creds}
+    # srun asks only the nodes that answered ssh from the head: an allocation on a node that is
+    # gone stays until Slurm notices it down, and then holds that node once it is back.
+    spec = {"nodes": cluster.names, "srun_nodes": sorted(data), "credentials": creds}
     proc = head.run_python(programs.source(HEAD_PROGRAM), [json.dumps(spec)], timeout=180)
     line = remote.last_line(proc.stdout)
     try:
@@ -159,8 +161,11 @@ def release_check(line: str, table: Mapping[str, Any], provision: str) -> Check 
 def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) -> list[Check]:
     srun = result.get("srun") or {}
     answered = set(srun.get("hosts") or [])
+    asked = set(srun.get("asked", cluster.names))
     missing = [n.name for n in cluster.nodes if n.name not in answered]
     detail = f"answered: {', '.join(sorted(answered)) or 'none'}"
+    if unasked := [n for n in missing if n not in asked]:
+        detail += f"; not asked (no ssh from the head): {', '.join(unasked)}"
     if srun.get("error"):
         detail += f"; srun: {srun['error']}"
     plugins = result.get("mpi") or []

@@ -1,12 +1,14 @@
 """What ``mpictl doctor`` asks Slurm on the head (as the MPI user), as one JSON object.
 
-``python3 - NODES_JSON`` with ``{"nodes": [names], "credentials": {node: munge credential}}``
-on argv. Reports each node's state in ``sinfo`` (absent: not registered), whether ``srun -N<all>
-hostname`` answered from every node (with ``--immediate``: a busy cluster fails fast; an srun
-that fails or runs out of time is stopped and its job cancelled by name, so that a node that did
-not answer is not left held by the doctor's allocation), the MPI plugins of ``srun --mpi=list``,
-and for each node whether its munge credential decodes here (it does only when both nodes hold
-the same munge key). Standard library only.
+``python3 - NODES_JSON`` with ``{"nodes": [names], "srun_nodes": [names], "credentials": {node:
+munge credential}}`` on argv. Reports each node's state in ``sinfo`` (absent: not registered),
+whether ``srun -w <srun_nodes> hostname`` answered from every node it asked (``srun_nodes``: the
+nodes that answered ssh from the head, all when absent; ``asked`` names them), with
+``--immediate`` (a busy cluster fails fast; an srun that fails or runs out of time is stopped and
+its job cancelled by name, so that a node that did not answer is not left held by the doctor's
+allocation), the MPI plugins of ``srun --mpi=list``, and for each node whether its munge
+credential decodes here (it does only when both nodes hold the same munge key). Standard library
+only.
 """
 
 from __future__ import annotations
@@ -72,9 +74,13 @@ def sinfo() -> tuple[dict[str, str], dict[str, str]]:
 
 
 def srun_hostnames(nodes: list[str], timeout: float = 60) -> dict[str, Any]:
+    """``srun`` on exactly ``nodes`` (those that answered ssh from the head: a node that is gone
+    would get an allocation Slurm cannot end until it notices the node down), one task each."""
+    if not nodes:
+        return {"rc": None, "hosts": [], "error": "no node answered ssh from the head"}
     name = f"mpictl-doctor-{os.getpid()}"
-    cmd = ["srun", "-J", name, f"-N{len(nodes)}", "--ntasks-per-node=1", "--immediate=20"]
-    cmd += ["-t", "1"]
+    cmd = ["srun", "-J", name, f"-N{len(nodes)}", "-w", ",".join(nodes), "--ntasks-per-node=1"]
+    cmd += ["--immediate=20", "-t", "1"]
     # the Slurm node name (the inventory name), whatever the machine's host name is
     rc, out, err = run([*cmd, "printenv", "SLURMD_NODENAME"], timeout=timeout)
     if rc != 0:
@@ -111,12 +117,13 @@ def release() -> str:
 
 def main(spec: dict[str, Any]) -> dict[str, Any]:
     nodes = list(spec["nodes"])
+    asked = [n for n in nodes if n in spec.get("srun_nodes", nodes)]
     states, reasons = sinfo()
     return {
         "version": release(),
         "sinfo": states,
         "reasons": reasons,
-        "srun": srun_hostnames(nodes),
+        "srun": {**srun_hostnames(asked), "asked": asked},
         "mpi": mpi_plugins(),
         "munge": decode(spec.get("credentials") or {}),
     }

@@ -174,3 +174,51 @@ def test_an_srun_that_answers_leaves_nothing_to_cancel(
     assert result == {"rc": 0, "hosts": ["node1", "node2", "node3"], "error": ""}
     assert (tmp_path / "args").read_text().startswith(f"-J mpictl-doctor-{os.getpid()} -N3 ")
     assert not (tmp_path / "scancel").exists()
+
+
+def test_srun_asks_exactly_the_nodes_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srun = f'echo "$*" > {tmp_path}/args\nfor n in node1 node3; do echo "$n"; done\n'
+    program = head_program(tmp_path, monkeypatch, srun)
+    result = program.srun_hostnames(["node1", "node3"])
+    assert result == {"rc": 0, "hosts": ["node1", "node3"], "error": ""}
+    assert " -N2 -w node1,node3 " in (tmp_path / "args").read_text()
+
+
+def test_with_no_node_to_ask_srun_does_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    program = head_program(tmp_path, monkeypatch, f"touch {tmp_path}/ran\n")
+    result = program.srun_hostnames([])
+    assert result["hosts"] == [] and result["error"] == "no node answered ssh from the head"
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "scancel").exists()
+
+
+def test_srun_leaves_out_a_node_the_head_could_not_reach_and_doctor_says_why() -> None:
+    # node2 is stopped: its probe never answered, so data has no node2
+    data, _ = healthy()
+    del data["node2"]
+    sent: list[dict[str, Any]] = []
+
+    class Head:
+        def run_python(self, source: str, args: list[str], timeout: float) -> Any:
+            import json
+            from types import SimpleNamespace
+
+            sent.append(json.loads(args[0]))
+            return SimpleNamespace(returncode=0, stdout="{}\n")
+
+    slurm.ask_head(Head(), three(), data)  # type: ignore[arg-type]
+    assert sent[0]["nodes"] == ["node1", "node2", "node3"]
+    assert sent[0]["srun_nodes"] == ["node1", "node3"]
+    _, result = healthy()
+    result["srun"] = {
+        "rc": 0,
+        "hosts": ["node1", "node3"],
+        "error": "",
+        "asked": ["node1", "node3"],
+    }
+    check = next(c for c in slurm.checks(three(), data, result, PROVISION) if not c.ok)
+    assert (check.check, check.node) == ("srun on every node", "node2")
+    assert check.detail.endswith("not asked (no ssh from the head): node2")
