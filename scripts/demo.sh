@@ -55,7 +55,7 @@ mpictl sandbox up "${cuda[@]}"
 # The MPI stack alone first: SSH mesh, environment, hostfile, UCX, UCC, OpenMPI (each compiled
 # once, on one node, and sent to the others) and mpi4py in the cluster venv, and the job side's
 # programs; then the MPI smoke suite on all three nodes.
-step "the MPI stack: UCX, UCC, OpenMPI and mpi4py, built once" "cold: 10 min, 1 cached"
+step "the MPI stack: UCX, UCC, OpenMPI and mpi4py, built once" "cold: 10 min; 80 s from the cache"
 mpictl provision -e "@$sources_vars" --tags ssh,environment,hostfile,ucx,ucc,openmpi,mpi4py,jobs
 mpictl hostfile
 step "the MPI smoke suite on three nodes" "3 s"
@@ -64,7 +64,7 @@ mpictl smoke --suite mpi
 # Everything else site.yml does on this inventory: PyTorch and Horovod, the health checks,
 # metrics (Prometheus on node1) and Slurm 26.05 built against OpenMPI's PMIx (and, with --cuda,
 # NCCL and nccl-tests). What the run above installed takes the short path.
-step "PyTorch and Horovod, health checks, metrics and Slurm" "cold: 6 min, 2 cached"
+step "PyTorch and Horovod, health checks, metrics and Slurm" "cold: 6 min; 2 min from the cache"
 mpictl provision -e "@$sources_vars"
 step "doctor and the whole smoke suite (MPI and Horovod)" "15 s"
 mpictl doctor
