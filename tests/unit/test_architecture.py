@@ -210,3 +210,22 @@ def test_the_checks_see_a_cycle_and_a_forbidden_import(tmp_path: Path) -> None:
     )
     known = {"jobs", "planner", "remote", "sandbox.podman"}
     assert imports("sandbox.m", src, known) == {"jobs", "planner", "remote", "sandbox.podman"}
+
+
+def code_files() -> list[Path]:
+    """Every Python module and node program: mpictl/ (scripts/ included), the roles' files/ and
+    library/, playbooks/files/ (a package's ``__init__`` is the package, not a file to name)."""
+    found = [p for p in PACKAGE.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    found = [p for p in found if p.suffix in (".py", ".sh") or p.parent.name == "scripts"]
+    for pattern in ("roles/*/files/*", "roles/*/library/*", "playbooks/files/*"):
+        found += [p for p in ROOT.glob(pattern) if p.is_file()]
+    return sorted(p for p in found if p.name != "__init__.py")
+
+
+def test_every_module_and_node_program_is_unique_by_file_name() -> None:
+    by_name: dict[str, list[str]] = {}
+    for path in code_files():
+        by_name.setdefault(path.name, []).append(path.relative_to(ROOT).as_posix())
+    twice = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not twice, twice
+    assert len(by_name) > 90  # the walk finds them (103 when this test was written)
