@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cuda=()
+[ $# -le 1 ] || { echo "demo: one option at most (--cuda)" >&2; exit 2; }
 case "${1:-}" in
   "") ;;
   --cuda)
@@ -31,11 +32,15 @@ step() { # step "what" "cold time": end the step before, announce this one
   steps+=("$1")
   printf '\n=== demo step %d: %s (%s)\n' "${#steps[@]}" "$1" "$2" >&2
 }
-table() {
+table() { # the steps so far and their times (also when a step failed)
+  local rc=$?
+  [ "${#steps[@]}" -gt 0 ] || return "$rc"
   steps[-1]+=$'\t'$((SECONDS - step_began))
-  printf '\n=== demo: %d s in all\n' $((SECONDS - started)) >&2
+  printf '\n=== demo: %d s in all%s\n' $((SECONDS - started)) "$([ "$rc" = 0 ] || echo ", failed in the last step")" >&2
   printf '%s\n' "${steps[@]}" | awk -F'\t' '{ printf "  %5d s  %s\n", $2, $1 }' >&2
+  return "$rc"
 }
+trap table EXIT
 
 step "the controller's venv (mpictl, Ansible)" "cold: 15 s with pip's cache, minutes without"
 bash scripts/bootstrap.sh
@@ -74,4 +79,3 @@ mpictl smoke --suite all
 # warns once that 26.05.5 fixes its known CVEs; a real cluster gets 26.05.5 by default.
 step "the MPI smoke suite through Slurm" "3 s"
 mpictl smoke --suite mpi --launcher slurm
-table

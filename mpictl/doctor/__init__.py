@@ -149,6 +149,8 @@ def run_doctor(cluster: Cluster) -> DoctorReport:
     slurm = None
     if slurm_checks.enabled(cluster):
         _, data = ssh_checks(cluster, probes, "")
-        slurm = slurm_checks.ask_head(head, cluster, data)
+        # (255: ssh could not log in; 124: the node did not answer in time)
+        reachable = [n for n, out in probes.items() if out is not None and out.rc not in (255, 124)]
+        slurm = slurm_checks.ask_head(head, cluster, data, reachable)
     health = health_checks.collect(cluster, settings) if health_checks.enabled(cluster) else None
     return evaluate(cluster, probes, settings=settings, slurm=slurm, health=health, shared=shared)

@@ -1,7 +1,8 @@
 """``mpictl doctor`` on a cluster with Slurm (``slurm_enabled`` true on the head): munge and
 slurmd running on every node, every node's munge credential decoding on the head (the same key),
-every node registered and usable in ``sinfo``, ``srun -N<all> hostname`` answering from every
-node, and ``srun --mpi=list`` offering pmix. The node side is the probe's ``slurm`` section
+every node registered and usable in ``sinfo``, ``srun -w <nodes> hostname`` answering from every
+node that answers ssh from the head (a node that does not is left out of the allocation and
+named), and ``srun --mpi=list`` offering pmix. The node side is the probe's ``slurm`` section
 (``scripts/doctor_probe.py``); the head side is ``scripts/doctor_slurm.py``. :func:`checks` is
 pure."""
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -32,17 +33,22 @@ def enabled(cluster: Cluster) -> bool:
 
 
 def ask_head(
-    head: remote.HeadSSH, cluster: Cluster, data: Mapping[str, dict[str, Any]]
+    head: remote.HeadSSH,
+    cluster: Cluster,
+    data: Mapping[str, dict[str, Any]],
+    reachable: Sequence[str],
 ) -> dict[str, Any]:
-    """Run the head's side with the credentials the nodes made; {} when it could not run."""
+    """Run the head's side with the credentials the nodes made; {} when it could not run.
+    srun asks only ``reachable``, the nodes ssh from the head logged in to (whether or not
+    their probe then answered): an allocation on a node that is gone stays until Slurm notices
+    it down, and then holds that node once it is back."""
     creds = {
         name: d["slurm"]["credential"]
         for name, d in data.items()
         if (d.get("slurm") or {}).get("credential")
     }
-    # srun asks only the nodes that answered ssh from the head: an allocation on a node that is
-    # gone stays until Slurm notices it down, and then holds that node once it is back.
-    spec = {"nodes": cluster.names, "srun_nodes": sorted(data), "credentials": creds}
+    srun_nodes = [name for name in cluster.names if name in set(reachable)]
+    spec = {"nodes": cluster.names, "srun_nodes": srun_nodes, "credentials": creds}
     proc = head.run_python(programs.source(HEAD_PROGRAM), [json.dumps(spec)], timeout=180)
     line = remote.last_line(proc.stdout)
     try:
@@ -163,11 +169,18 @@ def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) 
     answered = set(srun.get("hosts") or [])
     asked = set(srun.get("asked", cluster.names))
     missing = [n.name for n in cluster.nodes if n.name not in answered]
+    unasked = [n for n in missing if n not in asked]
     detail = f"answered: {', '.join(sorted(answered)) or 'none'}"
-    if unasked := [n for n in missing if n not in asked]:
+    if unasked:
         detail += f"; not asked (no ssh from the head): {', '.join(unasked)}"
     if srun.get("error"):
         detail += f"; srun: {srun['error']}"
+    # a node left out only for want of ssh gets that check's fix, not Slurm's
+    fix = (
+        _fix(provision)
+        if set(missing) - set(unasked)
+        else (f"start {', '.join(unasked)} (see the check ssh from head)" if unasked else "")
+    )
     plugins = result.get("mpi") or []
     release = release_check(str(result.get("version") or ""), release_table(), provision)
     return ([release] if release else []) + [
@@ -176,7 +189,7 @@ def cluster_checks(cluster: Cluster, result: Mapping[str, Any], provision: str) 
             ", ".join(missing) if missing else "all",
             not missing,
             detail,
-            _fix(provision) if missing else "",
+            fix,
         ),
         Check(
             "srun --mpi=list has pmix",

@@ -465,8 +465,9 @@ def test_smoke_and_doctor_name_a_stopped_node(inventory: Path, cluster: Cluster)
         srun = [c for c in failed if c["result"] == "FAIL" and c["check"] == "srun on every node"]
         assert [c["node"] for c in srun] == ["node2"], failed
         assert "not asked (no ssh from the head): node2" in srun[0]["detail"], srun
-        jobs = ssh(cluster.head, "squeue -h -o %j").stdout.split()
-        assert not [j for j in jobs if j.startswith("mpictl-doctor-")], jobs
+        queue = ssh(cluster.head, "squeue -h -o %j")
+        assert queue.returncode == 0, queue.stderr
+        assert not [j for j in queue.stdout.split() if j.startswith("mpictl-doctor-")], queue.stdout
     finally:
         sandbox.up(inventory)
         deadline = time.monotonic() + 60

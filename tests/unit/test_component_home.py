@@ -109,7 +109,8 @@ def rendered_raw(task_file: Path, name: str, variables: dict[str, object]) -> st
 
 def run_raw(command: str, env_file: Path) -> dict[str, str]:
     env = {**os.environ, "MPICTL_ENVIRONMENT_FILE": str(env_file)}
-    # (head: a command that never ends writing, as `yes` once did, dies of SIGPIPE and fails)
+    # (head: a command that never ends writing, as `yes` once did, dies of SIGPIPE instead of
+    # filling memory; its lines then fail the caller's comparison)
     proc = subprocess.run(
         ["sh", "-c", 'sh -c "$0" | head -c 65536', command],
         capture_output=True, text=True, env=env, timeout=30, check=True,

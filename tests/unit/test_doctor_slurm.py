@@ -196,7 +196,7 @@ def test_with_no_node_to_ask_srun_does_not_run(
 
 
 def test_srun_leaves_out_a_node_the_head_could_not_reach_and_doctor_says_why() -> None:
-    # node2 is stopped: its probe never answered, so data has no node2
+    # node2 is stopped: ssh from the head could not log in, and its probe never answered
     data, _ = healthy()
     del data["node2"]
     sent: list[dict[str, Any]] = []
@@ -209,16 +209,48 @@ def test_srun_leaves_out_a_node_the_head_could_not_reach_and_doctor_says_why() -
             sent.append(json.loads(args[0]))
             return SimpleNamespace(returncode=0, stdout="{}\n")
 
-    slurm.ask_head(Head(), three(), data)  # type: ignore[arg-type]
+    slurm.ask_head(Head(), three(), data, ["node3", "node1"])  # type: ignore[arg-type]
     assert sent[0]["nodes"] == ["node1", "node2", "node3"]
     assert sent[0]["srun_nodes"] == ["node1", "node3"]
     _, result = healthy()
-    result["srun"] = {
-        "rc": 0,
-        "hosts": ["node1", "node3"],
-        "error": "",
-        "asked": ["node1", "node3"],
-    }
+    asked = ["node1", "node3"]
+    result["srun"] = {"rc": 0, "hosts": ["node1", "node3"], "error": "", "asked": asked}
     check = next(c for c in slurm.checks(three(), data, result, PROVISION) if not c.ok)
     assert (check.check, check.node) == ("srun on every node", "node2")
     assert check.detail.endswith("not asked (no ssh from the head): node2")
+    # the fix is the ssh check's, not Slurm's: nothing is known wrong with node2's Slurm
+    assert check.fix == "start node2 (see the check ssh from head)"
+    # a node that was asked and did not answer gets Slurm's fix
+    result["srun"] = {"rc": 1, "hosts": ["node1"], "error": "x", "asked": asked}
+    check = next(c for c in slurm.checks(three(), data, result, PROVISION) if not c.ok)
+    assert check.node == "node2, node3" and check.fix.endswith("--tags slurm` (slurm role)")
+
+
+def test_doctor_asks_slurm_about_every_node_ssh_logged_in_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a node whose probe failed after ssh logged in (rc 1) is asked; one ssh could not reach
+    # (255) or that did not answer in time (124) is not
+    import mpictl.doctor as doctor
+    from mpictl.remote import NodeOutput
+
+    asked: list[list[str]] = []
+    codes = {"node1": 0, "node2": 255, "node3": 1}
+    probes = {n: NodeOutput(host=n, rc=rc, stdout="", stderr="") for n, rc in codes.items()}
+
+    class Head:
+        def check_reachable(self) -> None:
+            return None
+
+    monkeypatch.setattr(doctor.remote.HeadSSH, "for_cluster", lambda c: Head())
+    monkeypatch.setattr(doctor, "collect", lambda *a, **k: probes)
+    monkeypatch.setattr(doctor.slurm_checks, "enabled", lambda c: True)
+    monkeypatch.setattr(doctor.slurm_checks, "ask_head", lambda h, c, d, r: asked.append(r) or {})
+    monkeypatch.setattr(doctor.health_checks, "enabled", lambda c: False)
+    monkeypatch.setattr(doctor, "evaluate", lambda *a, **k: None)
+    doctor.run_doctor(three())
+    assert asked == [["node1", "node3"]]
+    codes["node3"] = 124
+    probes["node3"] = NodeOutput(host="node3", rc=124, stdout="", stderr="")
+    doctor.run_doctor(three())
+    assert asked[-1] == ["node1"]

@@ -16,7 +16,7 @@ name=$1 home=$2 lookup=$3 info=$4 header=$5 lib=$6 version=$7 cuda=${8:-}
 if [ -z "$home" ] && [ "$lookup" = yes ]; then
   env_file=${MPICTL_ENVIRONMENT_FILE:-/etc/environment}
   # shellcheck disable=SC1090 # the node's own file, read at run time
-  found=$(set -a; . "$env_file"; command -v "$info")
+  found=$(set -a; . "$env_file"; command -v "$4")  # ($4: the file cannot set it)
   case $found in /*) home=$(dirname "$(dirname "$found")") ;; esac
 fi
 printf '%s=%s\n' "$name" "$home"
