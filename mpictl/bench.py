@@ -27,9 +27,9 @@ from typing import Any
 from mpictl import (
     inputs,
     iperf,
+    mpirun_plan,
     nccl_tests,
     network,
-    planner,
     ranks,
     remote,
     submit,
@@ -296,7 +296,7 @@ def run_bench(
         timeout=timeout,
     )
     for options in (mpi_options, nccl_options) if engine != "mpi" else (mpi_options,):
-        planner.plan(cluster, options, "check", settings=settings)  # before any contact
+        mpirun_plan.plan(cluster, options, "check", settings=settings)  # before any contact
     if engine == "nccl":
         check_gpu_ppn(cluster, ppn)
     head = remote.HeadSSH.for_cluster(cluster)

@@ -27,7 +27,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpictl import fabric_nccl, fabric_rules, inputs, iperf, network, planner, ranks, remote, submit
+from mpictl import (
+    fabric_nccl,
+    fabric_rules,
+    inputs,
+    iperf,
+    mpirun_plan,
+    network,
+    planner,
+    ranks,
+    remote,
+    submit,
+)
 from mpictl import settings as cluster_settings
 from mpictl.errors import Interrupted, JobError, UsageError
 from mpictl.executor import OutputHandler
@@ -326,7 +337,7 @@ def run_fabric(
     command = [settings.venv_python, "-u", settings.tool(PROGRAM)]
     # Bad options before any contact: the plan of the full job.
     probe = LaunchOptions(command=[*command, "[]", str(size), str(seconds)], hosts=names, ppn=1)
-    planner.plan(cluster, probe, "check", settings=settings)
+    mpirun_plan.plan(cluster, probe, "check", settings=settings)
     head = remote.HeadSSH.for_cluster(cluster)
     head.check_reachable()
 

@@ -5,7 +5,7 @@ the same ports, in the rounds of disjoint pairs of the MPI measurement.
 - **What a node has** is read before anything is measured (``scripts/fabric_node.sh``, on every
   node at once from the head): its GPUs, nccl-tests on its PATH, its RDMA ports. A node that does
   not answer this is the one fabric names as not answering.
-- **Each measurement is an mpirun line of its own**, planned by :func:`mpictl.planner.plan` as
+- **Each measurement is an mpirun line of its own**, planned by :func:`mpictl.mpirun_plan.plan` as
   every job is (the cluster's transport, interface rule, ``NCCL_SOCKET_IFNAME``), with
   ``NCCL_IB_HCA==<port>`` to hold NCCL to one port (``=``: that name exactly). Pairs whose ends
   share rails by name (``rdma.rails``: front-end NICs left out) are measured once per port
@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mpictl import nccl_tests, planner, programs, ranks, rdma, remote
+from mpictl import mpirun_plan, nccl_tests, planner, programs, ranks, rdma, remote
 from mpictl import settings as cluster_settings
 from mpictl.errors import JobError
 from mpictl.fabric_rules import Pair, Rate, Schedule
@@ -160,7 +160,7 @@ def plan(
                     ppn=1,
                     env=env,
                 )
-                launch = planner.plan(cluster, options, job_id, network=net, settings=settings)
+                launch = mpirun_plan.plan(cluster, options, job_id, network=net, settings=settings)
                 via = f"{NCCL} {port}" if port else NCCL
                 while len(by_index) <= k:
                     by_index.append([])

@@ -1,8 +1,11 @@
-"""The mpirun command line of a job: validate what the user asked for and plan it (pure).
+"""The plan of a job whatever launches it (pure): validate what the user asked for and decide
+the nodes, placement, ranks, environment, transport variables and what every rank runs.
 
-Nothing here touches a node or the job records; :func:`plan` raises :class:`UsageError` (one
-line) for anything wrong, before anything starts. Executing a plan is :mod:`mpictl.executor`'s
-job; :mod:`mpictl.submit` ties the two to a job record.
+The launchers build on it side by side: :mod:`mpictl.mpirun_plan` (the mpirun command line) and
+:mod:`mpictl.slurm_plan` (the Slurm batch script); a third launcher is one more such module.
+Nothing here touches a node or the job records; anything wrong raises :class:`UsageError` (one
+line) before anything starts. Executing a plan is :mod:`mpictl.executor`'s job;
+:mod:`mpictl.submit` ties it to a job record.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from mpictl.errors import UsageError
 from mpictl.inventory import Cluster, Node
 from mpictl.network import Network
 from mpictl.transport import Transport
-from mpictl.transport import for_job as transport_for_job
 
 DEFAULT_MASTER_PORT = 29500
 # --tf: the first of the ports TensorFlow's workers listen on (one per rank: the base plus the
@@ -282,66 +284,9 @@ def tf_hosts(nodes: Sequence[Node]) -> list[str]:
 def rank_command(options: LaunchOptions, settings: cluster_settings.ClusterSettings) -> list[str]:
     """What every rank runs: the user's command, behind the torch wrapper with ``--torch`` or
     the TensorFlow one (a Python program of the cluster venv: it asks the ranks through mpi4py)
-    with ``--tf``. The container (mpirun's wrapper) is :func:`mpirun_command`'s."""
+    with ``--tf``. The container (mpirun's wrapper) is
+    :func:`mpictl.mpirun_plan.mpirun_command`'s."""
     command = list(options.command)
     if options.tf:
         return [settings.venv_python, settings.tf_env, *command]
     return [settings.torch_env, *command] if options.torch else command
-
-
-def mpirun_command(options: LaunchOptions, settings: cluster_settings.ClusterSettings) -> list[str]:
-    """What mpirun starts on every rank: :func:`rank_command`, in the container with
-    ``--container`` (the containers role's wrapper; it needs the cluster's MPI in the image's
-    view, which the wrapper mounts)."""
-    command = rank_command(options, settings)
-    if options.container is None:
-        return command
-    return [*options.container.mpirun_prefix(settings.bin_dir), *command]
-
-
-def plan(
-    cluster: Cluster,
-    options: LaunchOptions,
-    job_id: str,
-    network: Network | None = None,
-    settings: cluster_settings.ClusterSettings | None = None,
-) -> LaunchPlan:
-    """Validate ``options`` against the inventory and build the mpirun command line."""
-    check_numbers(options)
-    env = parse_env(options.env)
-    mca = parse_mca(options.mca)
-    where = place(cluster, options)
-    settings = settings or cluster_settings.for_cluster(cluster)
-
-    mapping = f"ppr:{options.ppn}:node" if options.ppn else "slot"
-    if options.oversubscribe:
-        mapping += ":OVERSUBSCRIBE"
-    argv = ["mpirun"]
-    if options.hosts:
-        argv += ["--host", ",".join(f"{n.address}:{where.slots[n.name]}" for n in where.nodes)]
-    else:
-        argv += ["--hostfile", settings.hostfile]
-    argv += ["-np", str(where.ranks), "--bind-to", "none", "--map-by", mapping]
-    if options.wdir or options.chdir:
-        argv += ["--wdir", options.wdir or options.chdir or ""]
-    argv += ["-x", "PATH", "-x", "LD_LIBRARY_PATH"]
-    transport = transport_for_job(where.nodes, network, settings, mca, env)
-    argv += mca_args(mca, network, transport)
-    argv += ["--tag-output"]
-    master = rank0_host(cluster, where.nodes).address
-    for item in job_env(
-        options, env, network, job_id, master, transport, settings.shared_dir, where.nodes
-    ):
-        argv += ["-x", item]
-    command = mpirun_command(options, settings)
-    return LaunchPlan(
-        mpirun=argv,
-        command=command,
-        hosts=[(n.address, where.per_host[n.name]) for n in where.nodes],
-        ranks=where.ranks,
-        network=network,
-        job_id=job_id,
-        torch=options.torch,
-        container=options.container.image if options.container else "",
-        transport=transport,
-    )

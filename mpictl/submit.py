@@ -3,7 +3,7 @@
 A *launcher* turns options into a plan, executes a plan attached, or starts it detached;
 :func:`submit` and :func:`submit_detached` are the sequence around it (plan → the workdir on
 every node → job record → execute or start) that every caller shares. The mpirun launcher plans
-with :mod:`mpictl.planner`, executes with :mod:`mpictl.executor` and starts detached jobs with
+with :mod:`mpictl.mpirun_plan`, executes with :mod:`mpictl.executor` and starts detached jobs with
 :mod:`mpictl.detached`. A second launcher (Slurm's sbatch/srun) implements :class:`Launcher`
 and is passed as ``via``: :class:`mpictl.slurm.SlurmLauncher` (sbatch/srun) is one; the callers
 stay as they are.
@@ -24,6 +24,7 @@ from mpictl import (
     detached,
     inputs,
     jobs,
+    mpirun_plan,
     network,
     paths,
     planner,
@@ -84,7 +85,7 @@ class MpirunLauncher:
         settings = cluster_settings.for_cluster(cluster)
         nodes = planner.select_nodes(cluster, options.hosts)  # the job's network, not the cluster's
         net = network.derive_network(cluster, nodes)
-        return planner.plan(cluster, options, job_id, net, settings)
+        return mpirun_plan.plan(cluster, options, job_id, net, settings)
 
     def prepare(self, cluster: Cluster) -> remote.HeadSSH:
         if self._head is None:  # the cluster key exists and the head answers, before any record

@@ -229,3 +229,12 @@ def test_every_module_and_node_program_is_unique_by_file_name() -> None:
     twice = {name: paths for name, paths in by_name.items() if len(paths) > 1}
     assert not twice, twice
     assert len(by_name) > 90  # the walk finds them (103 when this test was written)
+
+
+def test_the_launchers_plans_are_peers_on_the_neutral_plan() -> None:
+    deps = graph()
+    plans = {"mpirun_plan", "slurm_plan"}
+    for name in plans:
+        assert "planner" in deps[name], name
+        assert not deps[name] & (plans - {name}), f"{name} imports {deps[name] & plans}"
+    assert not deps["planner"] & plans  # the neutral plan knows no launcher

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mpictl import bench, errors, jobs, planner, remote, submit
+from mpictl import bench, errors, jobs, mpirun_plan, remote, submit
 from mpictl.executor import JobResult
 from mpictl.inventory import Cluster
 from mpictl.planner import LaunchOptions
@@ -80,7 +80,7 @@ def test_a_gpu_sweep_runs_all_reduce_perf_one_rank_per_gpu(
     def fake(c: Cluster, options: LaunchOptions, **kw: Any) -> tuple[JobResult, Any]:
         calls.append(options)
         job_id = "20260101-000000-000001"
-        plan = planner.plan(c, options, job_id, None)
+        plan = mpirun_plan.plan(c, options, job_id, None)
         record = submit.create_record(c, plan, options.command)
         record.output_path.write_text(table(plan.ranks))
         jobs.finish(record, exit_code=0, status="completed")
@@ -125,7 +125,7 @@ def test_on_rdma_nodes_busbw_is_compared_with_the_ports_rate_not_iperf3(
     monkeypatch.setattr(bench, "measure_link", no_iperf)
 
     def fake(c: Cluster, options: LaunchOptions, **kw: Any) -> tuple[JobResult, Any]:
-        plan = planner.plan(c, options, "20260101-000000-000002", None)
+        plan = mpirun_plan.plan(c, options, "20260101-000000-000002", None)
         record = submit.create_record(c, plan, options.command)
         record.output_path.write_text(table(plan.ranks))
         jobs.finish(record, exit_code=0, status="completed")

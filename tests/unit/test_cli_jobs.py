@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import cli, jobs, paths, planner, submit
+from mpictl import cli, jobs, mpirun_plan, paths, planner, submit
 from mpictl.inventory import load_inventory
 from tests.unit.jobside import forbid_processes, three
 
@@ -109,7 +109,7 @@ def test_jobs_logs_rank_and_cancel_of_a_finished_job(
     spawned: list[object], capsys: pytest.CaptureFixture[str]
 ) -> None:
     c = three()
-    plan = planner.plan(c, planner.LaunchOptions(command=["x"], np=3), jobs.new_id(), None)
+    plan = mpirun_plan.plan(c, planner.LaunchOptions(command=["x"], np=3), jobs.new_id(), None)
     record = submit.create_record(c, plan)
     record.output_path.write_text("[1,1]<stdout>: one\n[1,0]<stdout>: zero\n")
     jobs.finish(record, exit_code=3, status=jobs.FAILED)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import container, planner, slurm_plan
+from mpictl import container, mpirun_plan, slurm_plan
 from mpictl.errors import UsageError
 from mpictl.inventory import load_inventory
 from mpictl.planner import LaunchOptions
@@ -51,7 +51,7 @@ def test_a_bad_mount_is_one_line(mount: str) -> None:
 def test_mpirun_ranks_start_behind_the_wrapper_with_the_mounts(tmp_path: Path) -> None:
     c = container.parse(IMAGE, ["/data:/data:ro,/scratch:/mnt"])
     assert c == container.parse(IMAGE, ["/data:/data:ro", "/scratch:/mnt"])
-    plan = planner.plan(
+    plan = mpirun_plan.plan(
         cluster(tmp_path), LaunchOptions(command=["python3", "x.py"], container=c), "job"
     )
     assert plan.container == IMAGE
@@ -67,7 +67,7 @@ def test_mpirun_ranks_start_behind_the_wrapper_with_the_mounts(tmp_path: Path) -
         "x.py",
     ]
     # the torch wrapper runs inside the container, in front of the user's command
-    torch = planner.plan(
+    torch = mpirun_plan.plan(
         cluster(tmp_path),
         LaunchOptions(command=["python3", "x.py"], container=c, torch=True),
         "job",
@@ -80,7 +80,7 @@ def test_mpirun_ranks_start_behind_the_wrapper_with_the_mounts(tmp_path: Path) -
 
 
 def test_a_bare_job_has_no_container(tmp_path: Path) -> None:
-    plan = planner.plan(cluster(tmp_path), LaunchOptions(command=["hostname"]), "job")
+    plan = mpirun_plan.plan(cluster(tmp_path), LaunchOptions(command=["hostname"]), "job")
     assert plan.container == "" and plan.command == ["hostname"]
 
 

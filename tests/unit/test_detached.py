@@ -24,6 +24,7 @@ from mpictl import (
     executor,
     jobops,
     jobs,
+    mpirun_plan,
     paths,
     planner,
     programs,
@@ -389,7 +390,7 @@ def test_a_workdir_over_the_cap_records_and_sends_nothing(head: Head, tmp_path: 
 
 def attached_record() -> jobs.JobRecord:
     c = cluster()
-    plan = planner.plan(c, LaunchOptions(command=["x"], np=3), jobs.new_id(), None)
+    plan = mpirun_plan.plan(c, LaunchOptions(command=["x"], np=3), jobs.new_id(), None)
     return submit.create_record(c, plan)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import executor, jobs, planner, remote, submit
+from mpictl import executor, jobs, mpirun_plan, planner, remote, submit
 from tests.unit.jobside import three
 
 
@@ -51,7 +51,7 @@ def fake_mpirun(head: LocalHead, body: str) -> None:
 
 def start(head: LocalHead, **kw: object) -> tuple[planner.LaunchPlan, jobs.JobRecord]:
     c = three()
-    plan = planner.plan(c, planner.LaunchOptions(command=["train"], **kw), jobs.new_id(), None)  # type: ignore[arg-type]
+    plan = mpirun_plan.plan(c, planner.LaunchOptions(command=["train"], **kw), jobs.new_id(), None)  # type: ignore[arg-type]
     return plan, submit.create_record(c, plan)
 
 
@@ -103,7 +103,7 @@ def test_timeout_ends_the_job(head: LocalHead) -> None:
 
 def test_a_record_whose_controller_died_is_unknown_not_running() -> None:
     c = three()
-    plan = planner.plan(c, planner.LaunchOptions(command=["x"]), jobs.new_id(), None)
+    plan = mpirun_plan.plan(c, planner.LaunchOptions(command=["x"]), jobs.new_id(), None)
     record = submit.create_record(c, plan)
     assert jobs.load(record.id).status == "running"  # this process supervises it
     dead = subprocess.Popen(["true"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import bench, doctor, hostfile, iperf, jobs, planner, smoke, submit
+from mpictl import bench, doctor, hostfile, iperf, jobs, mpirun_plan, planner, smoke, submit
 from mpictl.errors import UsageError
 from mpictl.remote import NodeOutput, json_lines
 from tests.unit.jobside import three
@@ -23,7 +23,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "mpictl" / "scripts"
 
 def test_job_record_lifecycle(isolated_state: Path) -> None:
     c = three()
-    p = planner.plan(
+    p = mpirun_plan.plan(
         c, planner.LaunchOptions(command=["hostname"], np=3), "20260101-000000-abc123", None
     )
     rec = submit.create_record(c, p, ["hostname"])
@@ -44,7 +44,9 @@ def test_job_record_lifecycle(isolated_state: Path) -> None:
 def test_unknown_or_ambiguous_job_is_a_usage_error() -> None:
     c = three()
     for jid in ("20260101-000000-aaaaaa", "20260101-000000-bbbbbb"):
-        submit.create_record(c, planner.plan(c, planner.LaunchOptions(command=["x"]), jid, None))
+        submit.create_record(
+            c, mpirun_plan.plan(c, planner.LaunchOptions(command=["x"]), jid, None)
+        )
     with pytest.raises(UsageError, match="unknown job"):
         jobs.load("nope")
     with pytest.raises(UsageError, match="ambiguous"):

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from mpictl import executor, network, planner, programs
+from mpictl import executor, mpirun_plan, network, planner, programs
 from mpictl.errors import UsageError
 from tests.unit.jobside import cluster, facts, node, three
 
@@ -17,7 +17,7 @@ CMD = ["python", "train.py"]
 
 def build(c=None, **kw):  # type: ignore[no-untyped-def]
     c = c or three()
-    return planner.plan(
+    return mpirun_plan.plan(
         c,
         planner.LaunchOptions(command=kw.pop("command", CMD), **kw),
         "J1",
@@ -59,7 +59,7 @@ def test_nccl_socket_ifname_names_the_mpi_interface_unless_the_user_does() -> No
     assert "NCCL_SOCKET_IFNAME=eth0" in opt_value(build().mpirun, "-x")
     own = opt_value(build(env=["NCCL_SOCKET_IFNAME=ib0"]).mpirun, "-x")
     assert [x for x in own if x.startswith("NCCL_SOCKET_IFNAME")] == ["NCCL_SOCKET_IFNAME=ib0"]
-    no_facts = planner.plan(three(), planner.LaunchOptions(command=CMD), "J1", None)
+    no_facts = mpirun_plan.plan(three(), planner.LaunchOptions(command=CMD), "J1", None)
     assert not [x for x in opt_value(no_facts.mpirun, "-x") if x.startswith("NCCL_")]
 
 
@@ -185,7 +185,7 @@ def test_network_none_without_facts_or_common_subnet() -> None:
     assert network.derive_network(cluster(node("a"), node("b"))) is None
     c = cluster(node("a", facts=facts("10.0.0.1")), node("b", facts=facts("10.1.0.1")))
     assert network.derive_network(c) is None
-    p = planner.plan(c, planner.LaunchOptions(command=["x"]), "J", None)
+    p = mpirun_plan.plan(c, planner.LaunchOptions(command=["x"]), "J", None)
     assert "btl_tcp_if_include" not in p.mpirun
 
 

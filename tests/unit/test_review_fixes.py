@@ -19,7 +19,19 @@ import pytest
 import yaml
 from rich.console import Console
 
-from mpictl import bench, cli, errors, jobops, jobs, paths, planner, remote, smoke, submit, ui
+from mpictl import (
+    bench,
+    cli,
+    errors,
+    jobops,
+    jobs,
+    mpirun_plan,
+    paths,
+    remote,
+    smoke,
+    submit,
+    ui,
+)
 from mpictl.doctor.report import Check, DoctorReport
 from mpictl.executor import JobResult
 from mpictl.inventory import Cluster
@@ -68,7 +80,7 @@ def interrupted_submit(calls: list[LaunchOptions]) -> Any:
     def fake(c: Cluster, options: LaunchOptions, **kw: Any) -> tuple[JobResult, jobs.JobRecord]:
         calls.append(options)
         job_id = f"20260101-000000-{len(calls):06d}"
-        plan = planner.plan(c, options, job_id, None)
+        plan = mpirun_plan.plan(c, options, job_id, None)
         record = submit.create_record(c, plan, options.command)
         jobs.finish(record, exit_code=143, status="interrupted")
         return JobResult(job_id, 143, "interrupted", 0.1), record
@@ -313,7 +325,7 @@ def test_a_given_head_is_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_logs_of_a_lost_detached_job_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
     c = three()
-    plan = planner.plan(c, LaunchOptions(command=["train"]), "20260101-000000-bbbbbb", None)
+    plan = mpirun_plan.plan(c, LaunchOptions(command=["train"]), "20260101-000000-bbbbbb", None)
     record = submit.create_record(c, plan, extra={"detached": {"dir": ".mpictl/jobs/x"}})
     monkeypatch.setattr(jobops, "_head", lambda rec: Head())
 
@@ -340,7 +352,7 @@ def test_record_keeps_the_inventory_as_an_absolute_path(
     monkeypatch.chdir(tmp_path)
     nodes = three().nodes
     c = Cluster(source=Path("inv/hosts.yml"), nodes=nodes, head=nodes[0])
-    plan = planner.plan(c, LaunchOptions(command=["x"]), "20260101-000000-cccccc", None)
+    plan = mpirun_plan.plan(c, LaunchOptions(command=["x"]), "20260101-000000-cccccc", None)
     record = submit.create_record(c, plan)
     assert Path(record.inventory).is_absolute()
     assert record.inventory == str((tmp_path / "inv" / "hosts.yml").resolve())

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mpictl import doctor, planner, remote, settings, smoke
+from mpictl import doctor, mpirun_plan, planner, remote, settings, smoke
 from mpictl.errors import InventoryError
 from tests.unit.jobside import cluster, facts, node
 
@@ -98,7 +98,7 @@ def test_the_job_sides_values_are_checked_as_it_uses_them(
 
 def test_run_uses_the_sites_hostfile_and_torch_wrapper() -> None:
     c = site_cluster()
-    plan = planner.plan(c, planner.LaunchOptions(command=["train"], torch=True), "J", None)
+    plan = mpirun_plan.plan(c, planner.LaunchOptions(command=["train"], torch=True), "J", None)
     assert plan.mpirun[:3] == ["mpirun", "--hostfile", "/etc/cluster/hosts"]
     assert plan.command == ["/srv/bin/mpictl-torch-env", "train"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import cli, network, planner, sandbox, settings, slurm_plan
+from mpictl import cli, mpirun_plan, network, planner, sandbox, settings, slurm_plan
 from mpictl.doctor import shared
 from mpictl.errors import InventoryError, UsageError
 from mpictl.inventory import load_inventory
@@ -47,7 +47,7 @@ def plan(c, launcher: str = "mpirun", **kw):  # type: ignore[no-untyped-def]
     net = network.derive_network(c)
     if launcher == "slurm":
         return slurm_plan.plan(c, options, "J1", net)
-    return planner.plan(c, options, "J1", net)
+    return mpirun_plan.plan(c, options, "J1", net)
 
 
 def test_jobs_get_the_shared_dir_and_start_in_chdir_under_both_launchers() -> None:

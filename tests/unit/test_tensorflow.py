@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mpictl import network, planner, slurm_plan, smoke
+from mpictl import mpirun_plan, network, planner, slurm_plan, smoke
 from mpictl import settings as cluster_settings
 from mpictl.doctor import nodes as doctor_nodes
 from mpictl.errors import InventoryError, UsageError
@@ -26,9 +26,9 @@ SCRIPTS = ROOT / "mpictl" / "scripts"
 CMD = ["python", "train.py"]
 
 
-def mpirun_plan(**kw):  # type: ignore[no-untyped-def]
+def mpirun_job(**kw):  # type: ignore[no-untyped-def]
     c = kw.pop("cluster", None) or three()
-    return planner.plan(c, LaunchOptions(command=CMD, **kw), "J1", network.derive_network(c))
+    return mpirun_plan.plan(c, LaunchOptions(command=CMD, **kw), "J1", network.derive_network(c))
 
 
 def exported(argv: list[str]) -> list[str]:
@@ -40,7 +40,7 @@ def exported(argv: list[str]) -> list[str]:
 
 
 def test_tf_starts_every_rank_behind_the_wrapper_with_the_job_nodes_and_the_port() -> None:
-    p = mpirun_plan(tf=True, hosts=["node2", "node3"], tf_port=30000)
+    p = mpirun_job(tf=True, hosts=["node2", "node3"], tf_port=30000)
     assert p.command == ["/opt/mpictl/venv/bin/python", "/opt/mpictl/bin/mpictl-tf-env", *CMD]
     xs = exported(p.mpirun)
     assert "MPICTL_TF_HOSTS=node2,node3" in xs  # three(): the addresses are the names
@@ -49,14 +49,14 @@ def test_tf_starts_every_rank_behind_the_wrapper_with_the_job_nodes_and_the_port
 
 
 def test_a_users_own_tf_port_wins_and_the_default_port_is_documented() -> None:
-    xs = exported(mpirun_plan(tf=True, env=["MPICTL_TF_PORT=4000"]).mpirun)
+    xs = exported(mpirun_job(tf=True, env=["MPICTL_TF_PORT=4000"]).mpirun)
     assert "MPICTL_TF_PORT=4000" in xs and f"MPICTL_TF_PORT={planner.DEFAULT_TF_PORT}" not in xs
     assert planner.DEFAULT_TF_PORT == 23456
-    assert f"MPICTL_TF_PORT={planner.DEFAULT_TF_PORT}" in exported(mpirun_plan(tf=True).mpirun)
+    assert f"MPICTL_TF_PORT={planner.DEFAULT_TF_PORT}" in exported(mpirun_job(tf=True).mpirun)
 
 
 def test_without_tf_nothing_of_it_is_set() -> None:
-    p = mpirun_plan()
+    p = mpirun_job()
     assert p.command == CMD
     assert not [x for x in exported(p.mpirun) if x.startswith("MPICTL_TF_")]
 
@@ -71,7 +71,7 @@ def test_without_tf_nothing_of_it_is_set() -> None:
 )
 def test_bad_tf_options_are_refused_before_anything_runs(kw, text) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UsageError, match=text):
-        mpirun_plan(**kw)
+        mpirun_job(**kw)
 
 
 def test_tf_through_slurm_names_every_node_slurm_may_choose() -> None:
@@ -347,11 +347,11 @@ def test_tf_refuses_a_node_whose_address_is_an_ipv6_literal() -> None:
 
     c = cluster(node("node1", 1, address="fd00::1"), node("node2", 1, address="10.0.0.2"))
     with pytest.raises(UsageError, match="node1's address fd00::1 is an IPv6 literal"):
-        planner.plan(c, LaunchOptions(command=CMD, tf=True), "J1", None)
+        mpirun_plan.plan(c, LaunchOptions(command=CMD, tf=True), "J1", None)
     with pytest.raises(UsageError, match="IPv6 literal"):
         slurm_plan.plan(c, LaunchOptions(command=CMD, tf=True), "J1", None)
     # without --tf the same cluster plans as before
-    assert planner.plan(c, LaunchOptions(command=CMD), "J1", None).command == CMD
+    assert mpirun_plan.plan(c, LaunchOptions(command=CMD), "J1", None).command == CMD
 
 
 def test_the_role_and_the_doctor_know_the_same_tensorflow_distributions() -> None:

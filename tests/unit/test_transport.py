@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mpictl import planner, settings, slurm_plan, transport
+from mpictl import mpirun_plan, planner, settings, slurm_plan, transport
 from mpictl.errors import InventoryError
 from mpictl.network import Network
 from mpictl.planner import LaunchOptions
@@ -61,7 +61,7 @@ def test_asked_for_ucx_without_ports_runs_over_the_tcp_interfaces() -> None:
 
 
 def plan(c: Any, **kw: Any) -> planner.LaunchPlan:
-    return planner.plan(c, LaunchOptions(command=["x"], ppn=1, **kw), "J1", ETH)
+    return mpirun_plan.plan(c, LaunchOptions(command=["x"], ppn=1, **kw), "J1", ETH)
 
 
 def test_the_plan_carries_the_transport_and_a_users_own_values_win() -> None:
@@ -201,7 +201,9 @@ def test_gpu_jobs_run_their_collectives_through_ucc_and_cpu_jobs_do_not() -> Non
         assert "coll_ucc_enable" not in plan(c).argv, off
     # --hosts on the GPU node only: its job runs through UCC
     mixed_cluster = cluster(gpu_node("n1", 8), gpu_node("n2", 0))
-    one = planner.plan(mixed_cluster, LaunchOptions(command=["x"], hosts=["n1"], np=2), "J1", ETH)
+    one = mpirun_plan.plan(
+        mixed_cluster, LaunchOptions(command=["x"], hosts=["n1"], np=2), "J1", ETH
+    )
     assert "coll_ucc_enable" in one.argv
 
 
