@@ -28,6 +28,9 @@ import sys
 import tempfile
 from typing import Any
 
+# rdma_ports(root): the node's RDMA ports in sysfs, as fabric and the node state read them
+# mpictl-include: hca_ports.py
+
 
 def run(cmd: list[str], timeout: float = 60) -> tuple[int, str, str]:
     try:
@@ -142,22 +145,6 @@ def nccl(ldconfig_output: str, versions: dict[str, Any], found: dict[str, str]) 
             return
 
 
-def rdma_ports(root: str = "/sys/class/infiniband") -> list[str]:
-    """Each HCA port in sysfs under ``root`` as a ``port DEV N STATE|RATE|LINK_LAYER|HCA_TYPE``
-    line."""
-    ports = []
-    for state in sorted(glob.glob(os.path.join(root, "*", "ports", "*", "state"))):
-        port_dir = os.path.dirname(state)
-        device = os.path.basename(os.path.dirname(os.path.dirname(port_dir)))
-        fields = [
-            (read_text(os.path.join(port_dir, name)) or "").strip()
-            for name in ("state", "rate", "link_layer")
-        ]
-        fields.append((read_text(os.path.join(root, device, "hca_type")) or "").strip())
-        ports.append(f"port {device} {os.path.basename(port_dir)} " + "|".join(fields))
-    return ports
-
-
 def rdma(ldconfig_output: str, with_ucx: bool) -> dict[str, Any]:
     """The node's RDMA layer: its HCA ports from sysfs (``port DEV N
     STATE|RATE|LINK_LAYER|HCA_TYPE`` lines, as fabric's node probe prints them), rdma-core's
@@ -166,7 +153,7 @@ def rdma(ldconfig_output: str, with_ucx: bool) -> dict[str, Any]:
     UCX is the transport)."""
     driver = read_text("/proc/driver/nvidia/version") or ""
     out: dict[str, Any] = {
-        "ports": rdma_ports(),
+        "ports": rdma_ports(),  # noqa: F821 (hca_ports.py)
         "verbs": "libibverbs.so.1" in ldconfig_output,
         "peermem": os.path.isdir("/sys/module/nvidia_peermem"),
         "open_kernel_module": "Open Kernel Module" in driver,

@@ -2,7 +2,7 @@
 # What `mpictl fabric` reads of a node before it measures (sent on stdin, run with `sh -s` as the
 # MPI user from the head; an optional argument replaces /sys/class/infiniband, for tests): its
 # GPUs, whether NCCL is installed and nccl-tests' sendrecv_perf is on its PATH, and each RDMA port
-# the kernel shows in sysfs, one line each:
+# the kernel shows in sysfs (python3 running mpictl's one reader of them), one line each:
 #   gpus N               (nvidia-smi -L; "gpus ?" when it hangs or fails: the node still answers)
 #   nccl yes|no          (libnccl.so.2 known to the dynamic linker)
 #   nccl-tests PATH|none
@@ -24,12 +24,12 @@ if found=$(command -v sendrecv_perf 2>/dev/null); then
 else
   echo "nccl-tests none"
 fi
-for dir in "$root"/*/ports/*; do
-  [ -r "$dir/state" ] || continue
-  device=${dir#"$root"/}
-  device=${device%%/*}
-  printf 'port %s %s %s|%s|%s|%s\n' "$device" "${dir##*/}" "$(cat "$dir/state")" \
-    "$(cat "$dir/rate" 2>/dev/null)" "$(cat "$dir/link_layer" 2>/dev/null)" \
-    "$(cat "$root/$device/hca_type" 2>/dev/null)"
-done
+# the RDMA ports: mpictl's one reader (hca_ports.py, put in place when this probe is sent)
+python3 -S - "$root" <<'PY' || true
+from __future__ import annotations
+import sys
+# mpictl-include: hca_ports.py
+for line in rdma_ports(sys.argv[1]):
+    print(line)
+PY
 exit 0

@@ -58,6 +58,9 @@ import subprocess
 import sys
 from typing import Any
 
+# rdma_ports(root): the node's RDMA ports in sysfs, read as doctor, fabric and the node state do
+# mpictl-include: hca_ports.py
+
 DEFAULTS: dict[str, Any] = {
     "venv_python": "",
     "hostfile": "",
@@ -405,17 +408,17 @@ def rdma(cfg: dict[str, Any], report: Report) -> None:
     if not ports:
         return
     problems = []
+    seen = {}  # "dev/port" -> (state, rate)
+    for line in rdma_ports(cfg["sysfs_ib"]):  # noqa: F821 (hca_ports.py)
+        _, dev, port, fields = line.split(" ", 3)
+        state, rate = (fields.split("|") + ["", ""])[:2]
+        seen[f"{dev}/{port}"] = (state, rate)
     for name, want in sorted(ports.items()):
         dev, _, port = name.partition("/")
-        base = os.path.join(cfg["sysfs_ib"], dev, "ports", port or "1")
-        try:
-            with open(os.path.join(base, "state"), encoding="utf-8") as fh:
-                state = fh.read().strip()
-            with open(os.path.join(base, "rate"), encoding="utf-8") as fh:
-                rate = fh.read().strip()
-        except OSError:
+        if f"{dev}/{port or '1'}" not in seen:
             problems.append(f"{name} is missing")
             continue
+        state, rate = seen[f"{dev}/{port or '1'}"]
         if not state.endswith("ACTIVE"):
             problems.append(f"{name} is {state.split(':')[-1].strip()}")
         elif rate_gbps(rate) < float(want):

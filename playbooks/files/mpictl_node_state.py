@@ -41,6 +41,9 @@ import stat
 import subprocess
 import sys
 
+# rdma_ports(root): the node's RDMA ports in sysfs (the fact mpi_rdma_ports)
+# mpictl-include: hca_ports.py
+
 SMALL_FILE = 1 << 20  # files up to this size are signed by content too
 SKIP_NAMES = ("__pycache__",)
 SKIP_SUFFIXES = (".pyc",)
@@ -83,7 +86,6 @@ def gpu_lines() -> list[str]:
     return [line for line in run(["nvidia-smi", "-L"]).splitlines() if line.startswith("GPU")]
 
 
-IB_ROOT = "/sys/class/infiniband"
 SSH_DIR = "/etc/ssh"
 
 
@@ -114,29 +116,6 @@ def identity(etc: str = "/etc") -> dict[str, str]:
         "os": fields.get("ID", ""),
         "os_version": fields.get("VERSION_ID", ""),
     }
-
-
-def rdma_ports(root: str = IB_ROOT) -> list[str]:
-    """Each RDMA port the kernel shows, as ``port DEV N STATE|RATE|LINK_LAYER|HCA_TYPE``
-    (mpictl.rdma's format: the fact ``mpi_rdma_ports`` that picks the transport)."""
-    out = []
-    for device in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        ports = os.path.join(root, device, "ports")
-        for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
-            fields = []
-            for name in ("state", "rate", "link_layer"):
-                try:
-                    with open(os.path.join(ports, port, name)) as handle:
-                        fields.append(handle.read().strip())
-                except OSError:
-                    fields.append("")
-            try:
-                with open(os.path.join(root, device, "hca_type")) as handle:
-                    fields.append(handle.read().strip())
-            except OSError:
-                fields.append("")
-            out.append(f"port {device} {port} " + "|".join(fields))
-    return out
 
 
 def libcuda_entries(cache: bytes) -> list[str]:
@@ -193,7 +172,7 @@ def environment(gpus: list[str], cuda_homes: list[str]) -> str:
         str(os.cpu_count()),
         mem_gib(read("/proc/meminfo")),
         "\n".join(gpus),
-        "\n".join(sorted(os.listdir(IB_ROOT)) if os.path.isdir(IB_ROOT) else []),
+        "\n".join(sorted(os.listdir(IB_ROOT)) if os.path.isdir(IB_ROOT) else []),  # noqa: F821 (hca)
         "\n".join(addresses(run(["ip", "-o", "addr", "show"]))),
         compiler + " " + stat_signature(compiler, content=False),
         "\n".join(libcuda_entries(read_bytes("/etc/ld.so.cache"))),
@@ -465,7 +444,7 @@ def handle(request: dict) -> dict:
         return {
             **assess(components, inputs, env, signer),
             "gpus": len(gpus),
-            "rdma": rdma_ports(),
+            "rdma": rdma_ports(),  # noqa: F821 (hca_ports.py)
             "host_keys": host_keys(),
             "identity": identity(),
         }

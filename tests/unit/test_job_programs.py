@@ -56,7 +56,11 @@ def with_path(bindir: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", NODE_PROGRAMS)
 def test_every_node_program_is_package_data(name: str) -> None:
-    assert programs.source(name) == (SCRIPTS / name).read_text()
+    text = (SCRIPTS / name).read_text()
+    assert programs.source(name) == programs.expand(text)
+    if programs.INCLUDE.search(text):  # its shared code in place, the marker gone
+        assert not programs.INCLUDE.search(programs.source(name))
+        assert "def rdma_ports(" in programs.source(name)
 
 
 def test_cleanup_ends_every_process_of_the_job_and_only_those() -> None:

@@ -12,19 +12,26 @@ recorded bus id and driver version (tests/data/recordings/h200-ubuntu2404/machin
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from mpictl import programs
 from tests.unit import recordings
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "mpictl" / "scripts" / "node_health.py"
+# The program as the health role installs it: its shared code (hca_ports.py) in place.
+PROGRAM = Path(tempfile.mkdtemp(prefix="mpictl-health-")) / "node_health.py"
+PROGRAM.write_text(programs.source("node_health.py"))
+atexit.register(shutil.rmtree, PROGRAM.parent, True)
 DRIVER = "580.159.04"  # the recorded H100's and H200's driver
 
 

@@ -67,3 +67,35 @@ def test_only_nodes_whose_gpus_or_ports_changed_are_cached_again() -> None:
     }
     changed = state_filters.mpictl_probed_facts_changed(list(hostvars), hostvars)
     assert changed == ["new-port", "never"]
+
+
+def test_the_node_state_command_the_playbooks_send_runs_with_its_reader_in_place() -> None:
+    """playbooks/group_vars/all.yml's ``_mpictl_node_state_command``, rendered as Ansible
+    renders it (the filter mpictl_program puts hca_ports.py in place), runs a probe."""
+    import shlex
+    import subprocess
+
+    import jinja2
+    import yaml
+
+    from tests.unit.loader import load as load_plugin
+
+    command = yaml.safe_load((ROOT / "playbooks" / "group_vars" / "all.yml").read_text())[
+        "_mpictl_node_state_command"
+    ]
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    plugin = load_plugin("mpictl_program", ROOT / "filter_plugins" / "mpictl_program.py")
+    env.filters.update(quote=shlex.quote, **plugin.FilterModule().filters())
+    text = env.from_string(command).render(
+        playbook_dir=str(ROOT / "playbooks"),
+        lookup=lambda _kind, path: Path(path).read_text().rstrip("\n"),
+    )
+    from mpictl import programs
+
+    assert not programs.INCLUDE.search(text) and "def rdma_ports(" in text
+    request = json.dumps({"mode": "probe", "inputs": {}, "cuda_homes": []})
+    proc = subprocess.run(
+        ["sh", "-c", f"{text} {shlex.quote(request)}"], capture_output=True, text=True, timeout=60
+    )
+    answer = json.loads(proc.stdout)
+    assert isinstance(answer["rdma"], list) and "converged" in answer, answer

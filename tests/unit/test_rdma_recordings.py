@@ -40,7 +40,27 @@ def ports_of(recording: Path, tmp_path: Path) -> list[rdma.Port]:
 H100_RAILS = [f"mlx5_{k}:1" for k in (0, 1, 4, 5, 6, 7, 8, 9)]  # the recorded tree's 8 CX-7s
 
 
-def test_the_three_sysfs_readers_print_the_recorded_tree_alike(tmp_path: Path) -> None:
+def test_one_sysfs_reader_serves_doctor_fabric_node_state_and_health() -> None:
+    """hca_ports.py is the only reader of the RDMA ports: each program that needs them has it in
+    place of its include line, and none has one of its own."""
+    users = {
+        "doctor_probe.py": programs.source("doctor_probe.py"),
+        "fabric_node.sh": programs.source("fabric_node.sh"),
+        "node_health.py": programs.source("node_health.py"),
+        "mpictl_node_state.py": programs.expand(
+            (ROOT / "playbooks" / "files" / "mpictl_node_state.py").read_text()
+        ),
+    }
+    reader = programs.source("hca_ports.py").rstrip("\n")
+    for name, text in users.items():
+        assert text.count(reader) == 1 and text.count("def rdma_ports(") == 1, name
+    written = [p for p in (ROOT / "mpictl" / "scripts").iterdir() if p.is_file()]
+    written += list((ROOT / "playbooks" / "files").iterdir())
+    own = [p.name for p in written if "def rdma_ports(" in p.read_text()]
+    assert own == ["hca_ports.py"]
+
+
+def test_the_readers_print_the_recorded_tree_alike(tmp_path: Path) -> None:
     root = recordings.tree(recordings.H100_IB_SYSFS, tmp_path / "ib")
     by_node_state = node_state.rdma_ports(str(root))
     by_doctor = doctor_probe()["rdma_ports"](str(root))
