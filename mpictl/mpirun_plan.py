@@ -12,6 +12,7 @@ from mpictl.planner import (
     LaunchPlan,
     check_numbers,
     job_env,
+    launch_plan,
     mca_args,
     parse_env,
     parse_mca,
@@ -67,14 +68,6 @@ def plan(
     ):
         argv += ["-x", item]
     command = mpirun_command(options, settings)
-    return LaunchPlan(
-        mpirun=argv,
-        command=command,
-        hosts=[(n.address, where.per_host[n.name]) for n in where.nodes],
-        ranks=where.ranks,
-        network=network,
-        job_id=job_id,
-        torch=options.torch,
-        container=options.container.image if options.container else "",
-        transport=transport,
+    return launch_plan(
+        where, options, job_id, network, transport, launcher_argv=argv, command=command
     )

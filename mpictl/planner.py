@@ -188,6 +188,36 @@ def place(cluster: Cluster, options: LaunchOptions) -> Placement:
     return Placement(nodes=nodes, per_host=per_host, slots=slots, ranks=ranks)
 
 
+def launch_plan(
+    where: Placement,
+    options: LaunchOptions,
+    job_id: str,
+    network: Network | None,
+    transport: Transport | None,
+    *,
+    launcher_argv: list[str],
+    command: list[str],
+    script: str = "",
+    launcher: str = "mpirun",
+) -> LaunchPlan:
+    """The :class:`LaunchPlan` of a placed job: what every launcher fills the same way (hosts,
+    ranks, network, job id, torch, container, transport) from ``where`` and ``options``, and the
+    launcher's own argv, rank command and batch script."""
+    return LaunchPlan(
+        mpirun=launcher_argv,
+        command=command,
+        hosts=[(n.address, where.per_host[n.name]) for n in where.nodes],
+        ranks=where.ranks,
+        network=network,
+        job_id=job_id,
+        torch=options.torch,
+        container=options.container.image if options.container else "",
+        script=script,
+        launcher=launcher,
+        transport=transport,
+    )
+
+
 def mca_args(
     mca: list[tuple[str, str]], network: Network | None, transport: Transport | None = None
 ) -> list[str]:

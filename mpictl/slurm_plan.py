@@ -151,16 +151,14 @@ def plan(
         exports.append(f'export LD_LIBRARY_PATH="$({wrapper} --ld-library-path)"')
         exports.append(f'export PATH="$({wrapper} --path)"')
         expanded = options.container.srun_args("${MPICTL_CONTAINER_MOUNTS}")
-    return LaunchPlan(
-        mpirun=srun,
+    return planner.launch_plan(
+        where,
+        options,
+        job_id,
+        net,
+        transport,
+        launcher_argv=srun,
         command=command,
-        hosts=[(n.address, where.per_host[n.name]) for n in where.nodes],
-        ranks=where.ranks,
-        network=net,
-        job_id=job_id,
-        torch=options.torch,
-        container=options.container.image if options.container else "",
         script=batch_script(flags, exports, [*srun, *command], job_id, expanded=expanded),
         launcher="slurm",
-        transport=transport,
     )
