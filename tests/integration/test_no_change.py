@@ -12,12 +12,17 @@ compares equal, say) fails here rather than only in the benchmark."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from mpictl import runner
-from tests.integration.conftest import describe_failures, provision_run
+from tests.integration.conftest import (
+    STALE_MACHINE_ID,
+    STALE_NODE,
+    cached_machine_id,
+    describe_failures,
+    provision_run,
+)
 from tests.integration.nodes import load, ssh
 
 NODES = ["node1", "node2", "node3"]
@@ -173,38 +178,21 @@ def test_an_install_changed_under_mpictl_is_installed_again(
 
 
 def test_cached_facts_of_another_machine_are_gathered_again(
-    short_path_provision: runner.RunResult,
-    inventory: Path,
-    source_vars: dict[str, Any],
-    it_state: Path,
+    second_provision: runner.RunResult, inventory: Path, it_state: Path
 ) -> None:
-    """node2's cached facts say another machine id (as when a node is re-imaged or replaced
-    behind the same name): the run says so, gathers node2's facts again, and changes nothing."""
-    # ansible-core 2.19's jsonfile cache: facts/s<N>_node2 = {"__payload__": "<facts as JSON>"}
-    (cached,) = [p for p in (it_state / "facts").iterdir() if p.name.split("_", 1)[-1] == "node2"]
-
-    def machine_id(new: str | None = None) -> str:
-        outer = json.loads(cached.read_text())
-        facts = json.loads(outer["__payload__"]) if "__payload__" in outer else outer
-        old = str(facts["ansible_machine_id"])
-        if new is not None:
-            facts["ansible_machine_id"] = new
-            if "__payload__" in outer:
-                outer["__payload__"] = json.dumps(facts)
-            cached.write_text(json.dumps(outer if "__payload__" in outer else facts))
-        return old
-
-    real = machine_id("0" * 32)
-
-    result = provision_run(inventory, source_vars)
-    assert result.ok, describe_failures(result)
+    """node2's cached facts said another machine id (as when a node is re-imaged or replaced
+    behind the same name) before the second provision (conftest.second_provision replaced it):
+    the run says so, gathers node2's facts again, and changes nothing."""
+    result = second_provision
     warned = [r for r in result.task_results()
               if r.task == "Say which nodes' cached facts were of another machine"
               and r.status == "ok"]  # fmt: skip
-    assert len(warned) == 1 and "node2" in str(warned[0].result.get("msg")), warned
+    assert len(warned) == 1 and STALE_NODE in str(warned[0].result.get("msg")), warned
     assert statuses(
         result, "Gather the facts of a node whose cached facts were of another machine"
-    )["node2"] == {"ok"}
-    (cached,) = [p for p in (it_state / "facts").iterdir() if p.name.split("_", 1)[-1] == "node2"]
-    assert machine_id() == real
+    )[STALE_NODE] == {"ok"}
+    # the cache holds node2's own id again (the id its /etc/machine-id says)
+    node = next(n for n in load(inventory).nodes if n.name == STALE_NODE)
+    real = ssh(node, "cat /etc/machine-id").stdout.strip()
+    assert cached_machine_id(it_state, STALE_NODE) == real != STALE_MACHINE_ID, real
     assert not [r for r in result.changed_tasks() if r.host != "localhost"]
